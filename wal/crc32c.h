@@ -1,0 +1,22 @@
+/*
+ * crc32c.h - CRC-32C (Castagnoli, reflected polynomial 0x82F63B78).
+ *
+ * crc32c() picks the SSE4.2 crc32 instruction when the CPU has it and a
+ * portable table-driven version otherwise; both are exported so tests can
+ * hold them to the same known vectors.  All functions take and return the
+ * *finalised* CRC, so they chain: crc32c(crc32c(0, a, n), b, m) equals the
+ * CRC of a followed by b.  Start with 0.
+ */
+#ifndef MOEFT_CRC32C_H
+#define MOEFT_CRC32C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
+uint32_t crc32c_portable(uint32_t crc, const void *buf, size_t len);
+/* Only valid where crc32c_hw_available() is true. */
+uint32_t crc32c_hw(uint32_t crc, const void *buf, size_t len);
+int crc32c_hw_available(void);
+
+#endif

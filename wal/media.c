@@ -1,0 +1,426 @@
+/*
+ * media.c - open, size, lock, map and NUMA-bind the medium under a log,
+ * and make stores to it durable.  See media.h.
+ *
+ * Order of an open matters: lock before any creation or extension (so two
+ * writers never both format), map and bind before the pages are reserved
+ * (so a tmpfs file gets its pages on the bound node), reserve with
+ * posix_fallocate (so a full tmpfs fails here instead of with SIGBUS on
+ * some later store).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <linux/magic.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
+
+#include <numa.h>
+#include <numaif.h>
+
+#include "diag.h"
+#include "media.h"
+
+#ifndef MAP_SHARED_VALIDATE
+#define MAP_SHARED_VALIDATE 0x03
+#endif
+#ifndef MAP_SYNC
+#define MAP_SYNC 0x80000
+#endif
+
+#define MEDIA_MIN_SIZE (64u << 10)
+#define MEDIA_PAGE 4096u
+#define DEVDAX_ALIGN (2u << 20)
+#define CACHE_LINE 64u
+
+static void media_reset(struct media *m)
+{
+	memset(m, 0, sizeof *m);
+	m->fd = -1;
+	m->numa_node = -1;
+}
+
+/* Strict unsigned decimal: digits only, no sign or space, no overflow. */
+static int parse_u64(const char *s, const char **end, uint64_t *v)
+{
+	const char *p = s;
+
+	*v = 0;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		unsigned d = (unsigned)(*p - '0');
+
+		if (*v > (UINT64_MAX - d) / 10)
+			return -1;
+		*v = *v * 10 + d;
+	}
+	*end = p;
+	return p == s ? -1 : 0;
+}
+
+/* ---- NUMA ------------------------------------------------------------- */
+
+static int check_node(int node, const char *what, struct wal_error *err)
+{
+	int max;
+
+	if (numa_available() < 0)
+		return wal_fail(err, WAL_ENUMA,
+				"%s: NUMA node %d requested but NUMA is not available here",
+				what, node);
+	max = numa_max_node();
+	if (node > max || !numa_bitmask_isbitset(numa_all_nodes_ptr, (unsigned)node))
+		return wal_fail(err, WAL_ENUMA,
+				"%s: NUMA node %d does not exist (this machine has nodes 0-%d)",
+				what, node, max);
+	return 0;
+}
+
+int media_parse_numa_node(const char *text, const char *what, struct wal_error *err)
+{
+	const char *end;
+	uint64_t v;
+	int rc;
+
+	if (!text || parse_u64(text, &end, &v) < 0 || *end || v > INT_MAX)
+		return wal_fail(err, WAL_EINVAL, "%s: '%s' is not a node number",
+				what, text ? text : "");
+	rc = check_node((int)v, what, err);
+	return rc < 0 ? rc : (int)v;
+}
+
+int media_numa_node_cpuless(int node)
+{
+	struct bitmask *cpus;
+	int rc;
+
+	if (numa_available() < 0 || node < 0 || node > numa_max_node())
+		return -1;
+	cpus = numa_allocate_cpumask();
+	rc = numa_node_to_cpus(node, cpus) < 0 ? -1 : numa_bitmask_weight(cpus) == 0;
+	numa_bitmask_free(cpus);
+	return rc;
+}
+
+/* Bind the whole mapping to `node`: every page allocated from now on comes
+ * from it.  Pages an existing file already has stay where they are. */
+static int bind_node(struct media *m, const char *path, int node, struct wal_error *err)
+{
+	struct bitmask *mask = numa_allocate_nodemask();
+	long rc;
+	int e;
+
+	numa_bitmask_setbit(mask, (unsigned)node);
+	rc = mbind(m->base, m->size, MPOL_BIND, mask->maskp, mask->size + 1,
+		   MPOL_MF_MOVE);
+	e = errno;
+	numa_bitmask_free(mask);
+	if (rc < 0)
+		return wal_fail(err, WAL_ENUMA, "%s: binding %llu bytes to NUMA node %d: %s",
+				path, (unsigned long long)m->size, node, strerror(e));
+	m->numa_node = node;
+	if (media_numa_node_cpuless(node) == 1)
+		wal_logf(WAL_LOG_INFO, "%s: bound to NUMA node %d; node %d has no CPUs: "
+			 "CXL or other far memory", path, node, node);
+	else
+		wal_logf(WAL_LOG_INFO, "%s: bound to NUMA node %d; node %d has CPUs",
+			 path, node, node);
+	return 0;
+}
+
+/* ---- Open ------------------------------------------------------------- */
+
+/* Open (creating when asked and allowed) and, for a writer, lock. */
+static int open_locked(struct media *m, const char *path, int mode, unsigned flags,
+		       struct wal_error *err)
+{
+	int wr = mode == MEDIA_WRITE;
+
+	for (;;) {
+		m->fd = open(path, (wr ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+		if (m->fd >= 0 || errno != ENOENT || !wr || !(flags & WAL_OPEN_CREATE))
+			break;
+		m->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (m->fd >= 0) {
+			m->created = 1;
+			break;
+		}
+		if (errno != EEXIST) /* else: lost a race to create; open theirs */
+			break;
+	}
+	if (m->fd < 0)
+		return wal_fail(err, WAL_EIO, "%s: %s", path, strerror(errno));
+	if (wr && flock(m->fd, LOCK_EX | LOCK_NB) < 0) {
+		if (errno == EWOULDBLOCK)
+			return wal_fail(err, WAL_EBUSY, "%s: in use by another writer", path);
+		return wal_fail(err, WAL_EIO, "%s: flock: %s", path, strerror(errno));
+	}
+	return 0;
+}
+
+/* Read a decimal sysfs attribute such as a device-DAX node's size. */
+static int read_sysfs_u64(const char *file, uint64_t *v)
+{
+	char buf[32];
+	const char *end;
+	ssize_t n;
+	int fd, e;
+
+	fd = open(file, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof buf - 1);
+	e = errno;
+	close(fd);
+	if (n < 0) {
+		errno = e;
+		return -1;
+	}
+	buf[n] = '\0';
+	if (parse_u64(buf, &end, v) < 0 || (*end && *end != '\n')) {
+		errno = EINVAL;
+		return -1;
+	}
+	return 0;
+}
+
+/* A device-DAX node: size from sysfs, whole 2 MiB units, never truncated. */
+static int size_devdax(struct media *m, const char *path, const struct stat *st,
+		       struct wal_error *err)
+{
+	const char *name = strrchr(path, '/');
+	char file[64], alt[PATH_MAX];
+	uint64_t bytes;
+	int e;
+
+	snprintf(file, sizeof file, "/sys/dev/char/%u:%u/size",
+		 major(st->st_rdev), minor(st->st_rdev));
+	if (read_sysfs_u64(file, &bytes) < 0) {
+		e = errno;
+		snprintf(alt, sizeof alt, "/sys/bus/dax/devices/%s/size",
+			 name ? name + 1 : path);
+		if (read_sysfs_u64(alt, &bytes) < 0)
+			return wal_fail(err, WAL_EIO, "%s: not a device-DAX node: %s: %s",
+					path, file, strerror(e));
+	}
+	if (bytes < DEVDAX_ALIGN)
+		return wal_fail(err, WAL_EIO, "%s: device-DAX size %llu is below 2 MiB",
+				path, (unsigned long long)bytes);
+	m->kind = WAL_MEDIA_DEVDAX;
+	m->flush = 1;
+	m->size = bytes - bytes % DEVDAX_ALIGN;
+	return 0;
+}
+
+/* A regular file keeps its size; an empty one is grown to `size` later. */
+static int size_file(struct media *m, const char *path, int mode, uint64_t size,
+		     const struct stat *st, struct wal_error *err)
+{
+	if (st->st_size > 0) {
+		m->size = (uint64_t)st->st_size;
+		return 0;
+	}
+	if (mode == MEDIA_READ)
+		return wal_fail(err, WAL_ENOTLOG, "%s: empty file, not a moeft log", path);
+	if (size < MEDIA_MIN_SIZE || size % MEDIA_PAGE)
+		return wal_fail(err, WAL_EINVAL,
+				"%s: log size %llu is invalid: must be a multiple of %u "
+				"and at least %u bytes", path, (unsigned long long)size,
+				MEDIA_PAGE, MEDIA_MIN_SIZE);
+	m->size = size;
+	m->created = 1;
+	return 0;
+}
+
+static int map_shared(struct media *m, const char *path, int prot, struct wal_error *err)
+{
+	void *p = mmap(NULL, m->size, prot, MAP_SHARED, m->fd, 0);
+
+	if (p == MAP_FAILED)
+		return wal_fail(err, WAL_EIO, "%s: mmap %llu bytes: %s", path,
+				(unsigned long long)m->size, strerror(errno));
+	m->base = p;
+	return 0;
+}
+
+/*
+ * tmpfs and ramfs are plain shared memory.  Elsewhere a writer asks for
+ * MAP_SYNC, which only a DAX filesystem grants; without it stores survive
+ * the death of the process but not the loss of power.
+ */
+static int map_file(struct media *m, const char *path, int mode, struct wal_error *err)
+{
+	struct statfs sf;
+	void *p;
+
+	if (fstatfs(m->fd, &sf) < 0)
+		return wal_fail(err, WAL_EIO, "%s: fstatfs: %s", path, strerror(errno));
+	m->kind = WAL_MEDIA_SHM;
+	if (mode == MEDIA_READ)
+		return map_shared(m, path, PROT_READ, err);
+	if (sf.f_type != TMPFS_MAGIC && sf.f_type != RAMFS_MAGIC) {
+		p = mmap(NULL, m->size, PROT_READ | PROT_WRITE,
+			 MAP_SHARED_VALIDATE | MAP_SYNC, m->fd, 0);
+		if (p != MAP_FAILED) {
+			m->base = p;
+			m->kind = WAL_MEDIA_DAXFILE;
+			m->flush = 1;
+			return 0;
+		}
+		if (errno != EOPNOTSUPP && errno != EINVAL)
+			return wal_fail(err, WAL_EIO, "%s: mmap %llu bytes: %s", path,
+					(unsigned long long)m->size, strerror(errno));
+		wal_logf(WAL_LOG_INFO, "%s: not on a DAX filesystem (MAP_SYNC: %s); "
+			 "using MAP_SHARED, durable against process death, not power loss",
+			 path, strerror(errno));
+	}
+	return map_shared(m, path, PROT_READ | PROT_WRITE, err);
+}
+
+/* Give a new (or empty) file its blocks now, so running out shows here. */
+static int reserve_file(struct media *m, const char *path, struct wal_error *err)
+{
+	int e = posix_fallocate(m->fd, 0, (off_t)m->size);
+
+	if (e == EOPNOTSUPP)
+		e = ftruncate(m->fd, (off_t)m->size) < 0 ? errno : 0;
+	if (!e)
+		return 0;
+	/* A partial reservation may have grown the file: leave it empty. */
+	if (ftruncate(m->fd, 0) < 0)
+		wal_logf(WAL_LOG_WARN, "%s: truncating back to 0: %s", path, strerror(errno));
+	return wal_fail(err, WAL_EIO, "%s: cannot reserve %llu bytes: %s", path,
+			(unsigned long long)m->size, strerror(e));
+}
+
+int media_open(struct media *m, const char *path, int mode, uint64_t size,
+	       int numa_node, unsigned flags, struct wal_error *err)
+{
+	struct stat st;
+	int made, rc;
+
+	media_reset(m);
+	if (mode != MEDIA_READ && mode != MEDIA_WRITE)
+		return wal_fail(err, WAL_EINVAL, "%s: bad open mode %d", path, mode);
+	if (numa_node >= 0 && (rc = check_node(numa_node, path, err)) < 0)
+		return rc;
+	/* Refuse directories and FIFOs before open() could block on one. */
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode))
+		return wal_fail(err, WAL_EINVAL,
+				"%s: not a regular file or a device-DAX node", path);
+
+	rc = open_locked(m, path, mode, flags, err);
+	made = m->created;
+	if (!rc && fstat(m->fd, &st) < 0)
+		rc = wal_fail(err, WAL_EIO, "%s: fstat: %s", path, strerror(errno));
+	if (!rc && S_ISCHR(st.st_mode)) {
+		rc = size_devdax(m, path, &st, err);
+		if (!rc)
+			rc = map_shared(m, path, mode == MEDIA_WRITE ?
+					PROT_READ | PROT_WRITE : PROT_READ, err);
+	} else if (!rc) {
+		rc = size_file(m, path, mode, size, &st, err);
+		if (!rc)
+			rc = map_file(m, path, mode, err);
+	}
+	if (!rc && numa_node >= 0)
+		rc = bind_node(m, path, numa_node, err);
+	if (!rc && m->created)
+		rc = reserve_file(m, path, err);
+	if (rc < 0) {
+		if (made)
+			unlink(path); /* still under our lock */
+		if (m->base)
+			munmap(m->base, m->size);
+		if (m->fd >= 0)
+			close(m->fd);
+		media_reset(m);
+	}
+	return rc;
+}
+
+/* An open medium always has a mapping, so a zeroed struct (fd 0) is left
+ * alone. */
+void media_close(struct media *m)
+{
+	if (m->base) {
+		munmap(m->base, m->size);
+		close(m->fd);
+	}
+	media_reset(m);
+}
+
+/* ---- Persistence ------------------------------------------------------ */
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+enum flush_insn { FLUSH_UNKNOWN, FLUSH_CLWB, FLUSH_CLFLUSHOPT, FLUSH_CLFLUSH };
+
+/* Best cache-line write-back instruction of this CPU, decided once. */
+static int flush_insn(void)
+{
+	static _Atomic int insn;
+	unsigned a, b, c, d;
+	int i = atomic_load_explicit(&insn, memory_order_relaxed);
+
+	if (i != FLUSH_UNKNOWN)
+		return i;
+	i = FLUSH_CLFLUSH;
+	if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+		if (b & (1u << 24))
+			i = FLUSH_CLWB;
+		else if (b & (1u << 23))
+			i = FLUSH_CLFLUSHOPT;
+	}
+	atomic_store_explicit(&insn, i, memory_order_relaxed);
+	return i;
+}
+
+static void flush_line(int insn, uintptr_t line)
+{
+	switch (insn) {
+	case FLUSH_CLWB:
+		__asm__ __volatile__("clwb (%0)" : : "r"(line) : "memory");
+		break;
+	case FLUSH_CLFLUSHOPT:
+		__asm__ __volatile__("clflushopt (%0)" : : "r"(line) : "memory");
+		break;
+	default:
+		__asm__ __volatile__("clflush (%0)" : : "r"(line) : "memory");
+		break;
+	}
+}
+
+void media_persist(const struct media *m, const void *p, size_t len)
+{
+	uintptr_t line = (uintptr_t)p & ~(uintptr_t)(CACHE_LINE - 1);
+	uintptr_t end = (uintptr_t)p + len;
+	int insn;
+
+	if (!m->flush || !len) {
+		/* Page-cache stores outlive the process and x86 keeps their
+		 * order; only the compiler must not reorder them. */
+		atomic_thread_fence(memory_order_release);
+		return;
+	}
+	insn = flush_insn();
+	for (; line < end; line += CACHE_LINE)
+		flush_line(insn, line);
+	__asm__ __volatile__("sfence" : : : "memory");
+}
+#else
+void media_persist(const struct media *m, const void *p, size_t len)
+{
+	(void)m;
+	(void)p;
+	(void)len;
+	atomic_thread_fence(memory_order_release);
+}
+#endif

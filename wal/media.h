@@ -1,0 +1,56 @@
+/*
+ * media.h - the medium under a log: open, size, map, lock, NUMA-bind.
+ *
+ * Three kinds (enum wal_media in wal.h): a file on tmpfs or a regular
+ * filesystem (MAP_SHARED), a file on a DAX filesystem (MAP_SHARED_VALIDATE |
+ * MAP_SYNC, which falls back to MAP_SHARED with a logged reason), and a
+ * device-DAX node (/dev/daxX.Y: MAP_SHARED, size from sysfs, 2 MiB aligned,
+ * never truncated).  Files are created with mode 0600.
+ */
+#ifndef MOEFT_MEDIA_H
+#define MOEFT_MEDIA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wal.h"
+
+struct media {
+	int fd;
+	int kind;        /* enum wal_media */
+	int numa_node;   /* -1: not bound */
+	int flush;       /* nonzero: stores must be flushed (clwb) to persist */
+	uint8_t *base;
+	uint64_t size;   /* bytes mapped */
+	int created;     /* the file was created (or was empty) by this open */
+};
+
+enum media_mode {
+	MEDIA_READ = 0,  /* read-only map, no lock, never creates */
+	MEDIA_WRITE = 1  /* exclusive writer lock (flock LOCK_EX|LOCK_NB) */
+};
+
+/*
+ * Open and map `path`.  For MEDIA_WRITE with WAL_OPEN_CREATE a missing file
+ * is created with `size` bytes (space reserved with posix_fallocate so a full
+ * tmpfs fails here, not with SIGBUS later); an existing file keeps its size.
+ * numa_node >= 0 binds the mapping's pages to that node before first touch.
+ * Returns 0 or a negative wal_status with err filled.
+ */
+int media_open(struct media *m, const char *path, int mode, uint64_t size,
+	       int numa_node, unsigned flags, struct wal_error *err);
+void media_close(struct media *m);
+
+/* Make [p, p+len) durable: clwb/clflushopt + sfence when m->flush is set,
+ * otherwise only a store fence (process death keeps the page-cache pages). */
+void media_persist(const struct media *m, const void *p, size_t len);
+
+/* Validate a NUMA node number given as text (e.g. MOEFT_NUMA_NODE): must be
+ * a decimal integer naming a node that exists.  Returns the node or a
+ * negative wal_status with a message naming `what`. */
+int media_parse_numa_node(const char *text, const char *what, struct wal_error *err);
+
+/* Report whether a NUMA node has no CPUs (how CXL memory shows up). */
+int media_numa_node_cpuless(int node);
+
+#endif

@@ -1,0 +1,183 @@
+/*
+ * record.c - encode and decode the payloads of the record types.
+ */
+#include "format.h"
+#include "record.h"
+
+void rec_epoch_encode(uint8_t out[EPOCH_PAYLOAD_SIZE], const struct rec_epoch *e)
+{
+	put32(out, e->prev_epoch);
+	put32(out + 4, e->pid);
+	put64(out + 8, e->prev_commit_lsn);
+	put64(out + 16, e->start_ns);
+}
+
+int rec_epoch_decode(const uint8_t *p, size_t len, struct rec_epoch *e)
+{
+	if (len != EPOCH_PAYLOAD_SIZE)
+		return -1;
+	e->prev_epoch = get32(p);
+	e->pid = get32(p + 4);
+	e->prev_commit_lsn = get64(p + 8);
+	e->start_ns = get64(p + 16);
+	return 0;
+}
+
+void rec_routing_encode(uint8_t out[ROUTING_HDR_SIZE], const struct rec_routing *r)
+{
+	put64(out, r->step);
+	put32(out + 8, r->layer);
+	put32(out + 12, r->tokens);
+	put16(out + 16, r->k);
+	out[18] = r->id_bytes;
+	out[19] = r->flags;
+	put32(out + 20, r->experts);
+}
+
+int rec_routing_decode(const uint8_t *p, size_t len, struct rec_routing *r)
+{
+	if (len < ROUTING_HDR_SIZE)
+		return -1;
+	r->step = get64(p);
+	r->layer = get32(p + 8);
+	r->tokens = get32(p + 12);
+	r->k = get16(p + 16);
+	r->id_bytes = p[18];
+	r->flags = p[19];
+	r->experts = get32(p + 20);
+	r->ids = p + ROUTING_HDR_SIZE;
+	if (r->id_bytes != 1 && r->id_bytes != 2 && r->id_bytes != 4)
+		return -1;
+	/* 64-bit product: tokens and k are both untrusted. */
+	if ((uint64_t)r->tokens * r->k * r->id_bytes != len - ROUTING_HDR_SIZE)
+		return -1;
+	return 0;
+}
+
+uint32_t rec_routing_id(const struct rec_routing *r, size_t i)
+{
+	const uint8_t *p = r->ids + i * r->id_bytes;
+
+	switch (r->id_bytes) {
+	case 1: return p[0];
+	case 2: return get16(p);
+	default: return get32(p);
+	}
+}
+
+void rec_kvref_encode(uint8_t out[KVREF_PAYLOAD_SIZE], const struct rec_kvref *k)
+{
+	put32(out, k->pool);
+	put32(out + 4, k->bytes);
+	put64(out + 8, k->block);
+	put64(out + 16, k->store_off);
+	put64(out + 24, k->step);
+	put32(out + 32, k->crc);
+	put32(out + 36, k->flags);
+}
+
+int rec_kvref_decode(const uint8_t *p, size_t len, struct rec_kvref *k)
+{
+	if (len != KVREF_PAYLOAD_SIZE)
+		return -1;
+	k->pool = get32(p);
+	k->bytes = get32(p + 4);
+	k->block = get64(p + 8);
+	k->store_off = get64(p + 16);
+	k->step = get64(p + 24);
+	k->crc = get32(p + 32);
+	k->flags = get32(p + 36);
+	return 0;
+}
+
+void rec_alloc_encode(uint8_t out[ALLOC_PAYLOAD_SIZE], const struct rec_alloc *a)
+{
+	put64(out, a->alloc_id);
+	put64(out + 8, a->base);
+	put64(out + 16, a->size);
+	put64(out + 24, a->fingerprint);
+	put32(out + 32, a->ordinal);
+	put16(out + 36, a->api);
+	put16(out + 38, a->role);
+}
+
+int rec_alloc_decode(const uint8_t *p, size_t len, struct rec_alloc *a)
+{
+	if (len != ALLOC_PAYLOAD_SIZE)
+		return -1;
+	a->alloc_id = get64(p);
+	a->base = get64(p + 8);
+	a->size = get64(p + 16);
+	a->fingerprint = get64(p + 24);
+	a->ordinal = get32(p + 32);
+	a->api = get16(p + 36);
+	a->role = get16(p + 38);
+	return 0;
+}
+
+void rec_free_encode(uint8_t out[FREE_PAYLOAD_SIZE], const struct rec_free *f)
+{
+	put64(out, f->alloc_id);
+	put64(out + 8, f->base);
+}
+
+int rec_free_decode(const uint8_t *p, size_t len, struct rec_free *f)
+{
+	if (len != FREE_PAYLOAD_SIZE)
+		return -1;
+	f->alloc_id = get64(p);
+	f->base = get64(p + 8);
+	return 0;
+}
+
+/* Async-signal-safe: no allocation, no locks, no library calls. */
+size_t rec_crash_encode(uint8_t *out, size_t cap, const struct rec_crash *c)
+{
+	uint32_t n = c->nframes < CRASH_MAX_FRAMES ? c->nframes : CRASH_MAX_FRAMES;
+
+	if (cap < CRASH_HDR_SIZE)
+		return 0;
+	if (n > (cap - CRASH_HDR_SIZE) / 8)
+		n = (uint32_t)((cap - CRASH_HDR_SIZE) / 8);
+	put32(out, (uint32_t)c->signo);
+	put32(out + 4, (uint32_t)c->code);
+	put64(out + 8, c->addr);
+	put32(out + 16, c->pid);
+	put32(out + 20, n);
+	for (uint32_t i = 0; i < n; i++)
+		put64(out + CRASH_HDR_SIZE + 8 * i, c->frames[i]);
+	return CRASH_HDR_SIZE + 8 * (size_t)n;
+}
+
+int rec_crash_decode(const uint8_t *p, size_t len, struct rec_crash *c)
+{
+	if (len < CRASH_HDR_SIZE)
+		return -1;
+	c->signo = (int32_t)get32(p);
+	c->code = (int32_t)get32(p + 4);
+	c->addr = get64(p + 8);
+	c->pid = get32(p + 16);
+	c->nframes = get32(p + 20);
+	if (c->nframes > CRASH_MAX_FRAMES || len != CRASH_HDR_SIZE + 8 * (size_t)c->nframes)
+		return -1;
+	for (uint32_t i = 0; i < c->nframes; i++)
+		c->frames[i] = get64(p + CRASH_HDR_SIZE + 8 * i);
+	return 0;
+}
+
+void rec_window_steps_encode(uint8_t out[WINDOW_STEPS_SIZE], const struct rec_window_steps *s)
+{
+	put64(out, s->first_step);
+	put32(out + 8, s->steps);
+	put32(out + 12, s->tokens);
+}
+
+int rec_window_steps_decode(const uint8_t *p, size_t len, struct rec_window_steps *s)
+{
+	if (len != WINDOW_STEPS_SIZE)
+		return -1;
+	s->first_step = get64(p);
+	s->steps = get32(p + 8);
+	s->tokens = get32(p + 12);
+	return 0;
+}

@@ -1,0 +1,109 @@
+/*
+ * record.h - payload layouts of the record types the preload writes.
+ *
+ * Each type has a fixed little-endian layout (documented in FORMAT.md) and
+ * an encoder/decoder pair.  Decoders take untrusted bytes: they check the
+ * length and the internal consistency and return 0, or -1 when the payload
+ * cannot be what its type says.
+ */
+#ifndef MOEFT_RECORD_H
+#define MOEFT_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define EPOCH_PAYLOAD_SIZE 24u
+struct rec_epoch {
+	uint32_t prev_epoch;
+	uint32_t pid;
+	uint64_t prev_commit_lsn;
+	uint64_t start_ns;
+};
+
+/* Top-k expert ids of one layer at one decode step: tokens x k ids. */
+#define ROUTING_HDR_SIZE 24u
+struct rec_routing {
+	uint64_t step;
+	uint32_t layer;
+	uint32_t tokens;
+	uint16_t k;
+	uint8_t id_bytes;       /* 1, 2 or 4 */
+	uint8_t flags;
+	uint32_t experts;       /* experts in the layer (ids are < experts) */
+	const uint8_t *ids;     /* tokens * k * id_bytes bytes, little-endian */
+};
+
+/* A KV block written in a window, and where its bytes sit in the KV store. */
+#define KVREF_PAYLOAD_SIZE 40u
+struct rec_kvref {
+	uint32_t pool;          /* allocation id of the KV pool */
+	uint32_t bytes;         /* block size */
+	uint64_t block;         /* block index within the pool */
+	uint64_t store_off;     /* byte offset of the copy in the KV store */
+	uint64_t step;          /* step that last wrote it */
+	uint32_t crc;           /* CRC-32C of the block's bytes */
+	uint32_t flags;
+};
+
+/* A device allocation, matched across processes by fingerprint. */
+#define ALLOC_PAYLOAD_SIZE 40u
+struct rec_alloc {
+	uint64_t alloc_id;
+	uint64_t base;
+	uint64_t size;
+	uint64_t fingerprint;   /* hash of the call site */
+	uint32_t ordinal;       /* among live allocations of equal fingerprint */
+	uint16_t api;
+	uint16_t role;
+};
+
+#define FREE_PAYLOAD_SIZE 16u
+struct rec_free {
+	uint64_t alloc_id;
+	uint64_t base;
+};
+
+#define CRASH_HDR_SIZE 24u
+#define CRASH_MAX_FRAMES 64u
+struct rec_crash {
+	int32_t signo;
+	int32_t code;
+	uint64_t addr;
+	uint32_t pid;
+	uint32_t nframes;
+	uint64_t frames[CRASH_MAX_FRAMES];
+};
+
+/* Caller bytes of a WINDOW record: the decode steps the window covers. */
+#define WINDOW_STEPS_SIZE 16u
+struct rec_window_steps {
+	uint64_t first_step;
+	uint32_t steps;
+	uint32_t tokens;        /* tokens decoded in the window */
+};
+
+void rec_epoch_encode(uint8_t out[EPOCH_PAYLOAD_SIZE], const struct rec_epoch *e);
+int rec_epoch_decode(const uint8_t *p, size_t len, struct rec_epoch *e);
+
+/* Encodes the header only; the ids follow it in the payload. */
+void rec_routing_encode(uint8_t out[ROUTING_HDR_SIZE], const struct rec_routing *r);
+int rec_routing_decode(const uint8_t *p, size_t len, struct rec_routing *r);
+uint32_t rec_routing_id(const struct rec_routing *r, size_t i);
+
+void rec_kvref_encode(uint8_t out[KVREF_PAYLOAD_SIZE], const struct rec_kvref *k);
+int rec_kvref_decode(const uint8_t *p, size_t len, struct rec_kvref *k);
+
+void rec_alloc_encode(uint8_t out[ALLOC_PAYLOAD_SIZE], const struct rec_alloc *a);
+int rec_alloc_decode(const uint8_t *p, size_t len, struct rec_alloc *a);
+
+void rec_free_encode(uint8_t out[FREE_PAYLOAD_SIZE], const struct rec_free *f);
+int rec_free_decode(const uint8_t *p, size_t len, struct rec_free *f);
+
+/* Returns the encoded length: CRASH_HDR_SIZE + 8 * nframes. */
+size_t rec_crash_encode(uint8_t *out, size_t cap, const struct rec_crash *c);
+int rec_crash_decode(const uint8_t *p, size_t len, struct rec_crash *c);
+
+void rec_window_steps_encode(uint8_t out[WINDOW_STEPS_SIZE], const struct rec_window_steps *s);
+int rec_window_steps_decode(const uint8_t *p, size_t len, struct rec_window_steps *s);
+
+#endif
