@@ -21,7 +21,6 @@
 #define CKPT_SLOT1_OFF 576u
 #define CKPT_SIZE 64u
 #define COMMIT_WORD_OFF 640u
-#define WRITER_INFO_OFF 704u
 #define WAL_DATA_OFF 4096u
 
 #define REC_HDR_SIZE 48u

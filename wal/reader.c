@@ -220,11 +220,19 @@ static int resync(struct wal_reader *r, struct cursor *c, uint64_t limit_lsn, ui
 	struct wal_damage *d = last_damage(r);
 
 	for (uint64_t q = skip_gap(r, c->pos + REC_ALIGN); q < end; q = skip_gap(r, q + REC_ALIGN)) {
-		const uint8_t *p = r->buf + medium_offset(r, q);
-		if (medium_offset(r, q) + 4 > r->avail || get32(p) != REC_MAGIC)
+		uint64_t off = medium_offset(r, q);
+		if (off + REC_HDR_SIZE > r->avail) {
+			/* Truncated medium: nothing more on this lap. */
+			q += r->sb.capacity - q % r->sb.capacity - REC_ALIGN;
 			continue;
+		}
+		if (get32(r->buf + off) != REC_MAGIC)
+			continue;
+		/* Every window holds at least one record, so window ids can
+		 * not advance faster than LSNs. */
 		if (!read_record(r, q, 0, &s, &why) || s.h.lsn <= c->lsn || s.h.lsn > limit_lsn ||
-		    s.h.window < c->window || s.h.index > s.h.lsn)
+		    s.h.window < c->window || s.h.index > s.h.lsn ||
+		    s.h.window - c->window > s.h.lsn - c->lsn)
 			continue;
 		if (d)
 			d->lost_records = s.h.lsn - c->lsn;
@@ -352,7 +360,9 @@ static void scan_tail(struct wal_reader *r, struct cursor *c)
 		if (!read_record(r, pos, lsn, &s, &why))
 			break;
 		if (s.h.epoch > r->prev_epoch) {
-			if (s.h.type != WAL_REC_EPOCH) {
+			/* A new epoch opens with its EPOCH record, or with the
+			 * PAD that had to precede it at the end of a lap. */
+			if (s.h.type != WAL_REC_EPOCH && s.h.type != WAL_REC_PAD) {
 				why = "epoch changes without an EPOCH record";
 				break;
 			}

@@ -385,8 +385,9 @@ int wal_open(const char *path, const struct wal_options *opt, struct wal **out,
 		int blank = w->m.created || (opt->flags & WAL_OPEN_FORMAT);
 		if (!blank && memcmp(w->m.base, SB_MAGIC, sizeof SB_MAGIC) != 0 &&
 		    memcmp(w->m.base + SB_COPY1_OFF, SB_MAGIC, sizeof SB_MAGIC) != 0) {
-			static const uint8_t zero[WAL_DATA_OFF];
-			blank = memcmp(w->m.base, zero, sizeof zero) == 0;
+			/* Only a medium that is all zeros may be taken over. */
+			blank = w->m.base[0] == 0 &&
+				memcmp(w->m.base, w->m.base + 1, w->m.size - 1) == 0;
 			if (!blank)
 				ret = wal_fail(err, WAL_ENOTLOG, "%s holds data that is not a moeft log; "
 					       "refusing to overwrite it", path);

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Set up a fresh Debian/Ubuntu machine for moeft: install the build's
+# packages (when any is missing) and build into build/.
+#   tools/setup.sh          install + build
+#   tools/setup.sh --deps   install only (what CI needs before tests/run)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(meson ninja-build pkg-config gcc clang libclang-rt-14-dev
+          libcunit1-dev libunwind-dev libnuma-dev python3)
+
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	sudo=""
+	[ "$(id -u)" -eq 0 ] || sudo=sudo
+	echo "setup: installing ${missing[*]}"
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+[ "${1:-}" = --deps ] && exit 0
+
+[ -f build/build.ninja ] || meson setup build >/dev/null
+ninja -C build >/dev/null
+echo "setup: built build/tools/moeft"
