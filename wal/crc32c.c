@@ -117,49 +117,92 @@ static inline uint64_t load64(const unsigned char *p)
 	return w;
 }
 
-/* CRC 3*n bytes at p onto the raw register c0; n is a multiple of 8. */
-__attribute__((target("sse4.2")))
-static inline uint64_t crc32c_3way(uint64_t c0, const unsigned char *p,
+static inline void store64(unsigned char *p, uint64_t w)
+{
+	memcpy(p, &w, sizeof w);
+}
+
+/*
+ * CRC 3*n bytes at p onto the raw register c0; n is a multiple of 8.  When
+ * dst is not NULL the bytes are copied there in the same pass, so a record
+ * is read once to checksum and place it.  Always inlined, so the dst test
+ * folds away in each caller.
+ */
+__attribute__((target("sse4.2"), always_inline))
+static inline uint64_t crc32c_3way(uint64_t c0, unsigned char *dst, const unsigned char *p,
 				   size_t n, uint32_t t[4][256])
 {
 	const unsigned char *end = p + n;
 	uint64_t c1 = 0, c2 = 0;
 
 	do {
-		c0 = _mm_crc32_u64(c0, load64(p));
-		c1 = _mm_crc32_u64(c1, load64(p + n));
-		c2 = _mm_crc32_u64(c2, load64(p + 2 * n));
+		uint64_t a = load64(p), b = load64(p + n), c = load64(p + 2 * n);
+		c0 = _mm_crc32_u64(c0, a);
+		c1 = _mm_crc32_u64(c1, b);
+		c2 = _mm_crc32_u64(c2, c);
+		if (dst) {
+			store64(dst, a);
+			store64(dst + n, b);
+			store64(dst + 2 * n, c);
+			dst += 8;
+		}
 		p += 8;
 	} while (p < end);
 	c0 = shift(t, (uint32_t)c0) ^ c1;
 	return shift(t, (uint32_t)c0) ^ c2;
 }
 
-__attribute__((target("sse4.2")))
-static uint32_t crc32c_sse42(uint32_t crc, const unsigned char *p, size_t len)
+__attribute__((target("sse4.2"), always_inline))
+static inline uint32_t crc32c_run(uint32_t crc, unsigned char *dst, const unsigned char *p,
+				  size_t len)
 {
 	uint64_t c = ~crc;
 
 	/* Align so that no 8-byte load straddles a cache line. */
 	while (len && ((uintptr_t)p & 7)) {
+		if (dst)
+			*dst++ = *p;
 		c = _mm_crc32_u8((uint32_t)c, *p++);
 		len--;
 	}
 	for (; len >= 3 * LONG_BLOCK; len -= 3 * LONG_BLOCK) {
-		c = crc32c_3way(c, p, LONG_BLOCK, crc32c_long);
+		c = crc32c_3way(c, dst, p, LONG_BLOCK, crc32c_long);
 		p += 3 * LONG_BLOCK;
+		dst = dst ? dst + 3 * LONG_BLOCK : NULL;
 	}
 	for (; len >= 3 * SHORT_BLOCK; len -= 3 * SHORT_BLOCK) {
-		c = crc32c_3way(c, p, SHORT_BLOCK, crc32c_short);
+		c = crc32c_3way(c, dst, p, SHORT_BLOCK, crc32c_short);
 		p += 3 * SHORT_BLOCK;
+		dst = dst ? dst + 3 * SHORT_BLOCK : NULL;
 	}
 	for (; len >= 8; len -= 8) {
-		c = _mm_crc32_u64(c, load64(p));
+		uint64_t w = load64(p);
+		c = _mm_crc32_u64(c, w);
+		if (dst) {
+			store64(dst, w);
+			dst += 8;
+		}
 		p += 8;
 	}
-	while (len--)
+	while (len--) {
+		if (dst)
+			*dst++ = *p;
 		c = _mm_crc32_u8((uint32_t)c, *p++);
+	}
 	return ~(uint32_t)c;
+}
+
+__attribute__((target("sse4.2")))
+static uint32_t crc32c_sse42(uint32_t crc, const unsigned char *p, size_t len)
+{
+	return crc32c_run(crc, NULL, p, len);
+}
+
+__attribute__((target("sse4.2")))
+static uint32_t crc32c_sse42_copy(uint32_t crc, unsigned char *dst, const unsigned char *p,
+				  size_t len)
+{
+	return crc32c_run(crc, dst, p, len);
 }
 
 static void crc32c_init(void)
@@ -204,4 +247,15 @@ uint32_t crc32c(uint32_t crc, const void *buf, size_t len)
 	pthread_once(&crc32c_once, crc32c_init);
 	return crc32c_hw_ok ? crc32c_sse42(crc, buf, len)
 			    : crc32c_sw(crc, buf, len);
+}
+
+uint32_t crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len)
+{
+	pthread_once(&crc32c_once, crc32c_init);
+#if defined(__x86_64__)
+	if (crc32c_hw_ok)
+		return crc32c_sse42_copy(crc, dst, src, len);
+#endif
+	memcpy(dst, src, len);
+	return crc32c_sw(crc, src, len);
 }

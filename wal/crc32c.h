@@ -14,6 +14,9 @@
 #include <stdint.h>
 
 uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
+/* Copy len bytes from src to dst (not overlapping) and return the CRC of
+ * them, in one pass over the data. */
+uint32_t crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len);
 uint32_t crc32c_portable(uint32_t crc, const void *buf, size_t len);
 /* Only valid where crc32c_hw_available() is true. */
 uint32_t crc32c_hw(uint32_t crc, const void *buf, size_t len);

@@ -423,12 +423,17 @@ static int read_checkpoint(struct wal_reader *r, struct ckpt *ck, struct wal_err
 		ok[i] = r->avail >= off[i] + CKPT_SIZE && ckpt_decode(r->buf + off[i], &c[i], r->sb.log_id);
 	if (!ok[0] && !ok[1])
 		return wal_fail(err, WAL_ECORRUPT, "no valid checkpoint copy");
-	/* A slot never written is zero; an invalid written one is a torn
-	 * checkpoint (the other copy is then the previous state) or damage. */
-	for (int i = 0; i < 2; i++)
-		if (!ok[i] && r->avail >= off[i] + CKPT_SIZE && memcmp(r->buf + off[i], zero, CKPT_SIZE))
-			note(r, "checkpoint copy %d invalid (torn write or damage); copy %d used", i, !i);
 	*ck = c[ok[0] && (!ok[1] || c[0].gen > c[1].gen) ? 0 : 1];
+	r->max_epoch = ck->epoch;
+	/* A slot never written is zero.  An invalid written one is a torn
+	 * checkpoint or damage; either way it may have been the newer one,
+	 * whose epoch (one more: every epoch start writes a checkpoint) may
+	 * already have records. */
+	for (int i = 0; i < 2; i++)
+		if (!ok[i] && r->avail >= off[i] + CKPT_SIZE && memcmp(r->buf + off[i], zero, CKPT_SIZE)) {
+			note(r, "checkpoint copy %d invalid (torn write or damage); copy %d used", i, !i);
+			r->max_epoch = ck->epoch + 1;
+		}
 	if (ck->tail_pos > UINT64_MAX / 4 || ck->tail_lsn == 0 || ck->tail_lsn > COMMIT_LSN_MASK)
 		return wal_fail(err, WAL_ECORRUPT, "checkpoint tail is out of range");
 	return 0;
@@ -452,7 +457,6 @@ static int recover(struct wal_reader *r, struct wal_error *err)
 	r->rec.tail_pos = ck.tail_pos;
 	r->rec.tail_lsn = ck.tail_lsn;
 	r->rec.tail_window = ck.tail_window;
-	r->max_epoch = ck.epoch;
 	if (r->avail < COMMIT_WORD_OFF + 8 ||
 	    !commit_word_decode(get64(r->buf + COMMIT_WORD_OFF), r->sb.log_id, &commit_lsn)) {
 		damage(r, COMMIT_WORD_OFF, 0, "commit word damaged; trusting the last valid WINDOW record");
@@ -468,7 +472,6 @@ static int recover(struct wal_reader *r, struct wal_error *err)
 		return wal_fail(err, ret, "out of memory during recovery");
 	r->rec.last_committed_lsn = c.lsn - 1;
 	r->rec.head_pos = c.pos;
-	r->rec.epoch = r->prev_epoch > ck.epoch ? r->prev_epoch : ck.epoch;
 	for (size_t i = 0; i < r->nwin; i++) {
 		if (r->win[i].state == WAL_WINDOW_INTACT)
 			r->rec.intact_windows++;
@@ -478,6 +481,8 @@ static int recover(struct wal_reader *r, struct wal_error *err)
 	r->rec.committed_windows = r->nwin;
 	if (!r->rec.damage_count)
 		scan_tail(r, &c);
+	/* Tail records count too: a new writer must not reuse their epoch. */
+	r->rec.epoch = r->prev_epoch > ck.epoch ? r->prev_epoch : ck.epoch;
 	return 0;
 }
 

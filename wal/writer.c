@@ -2,7 +2,7 @@
  * writer.c - append records, commit windows, reclaim space.
  *
  * One mutex orders every append and commit (one LSN order, one commit
- * order); the payload CRC is computed before taking it.  A commit makes the
+ * order); a payload is checksummed in the same pass that copies it in.  A commit makes the
  * window's records durable, then publishes the WINDOW record's LSN with one
  * aligned 8-byte store: the single instant at which the window becomes
  * committed.  Space is a ring with a checkpointed tail that only moves over
@@ -221,22 +221,26 @@ static int reclaim(struct wal *w, uint64_t need)
 	return 0;
 }
 
-/* Stamp and place one record at the head; the caller made room.  A NULL
- * `a` leaves its alen bytes as they are (PAD filler, not covered by CRC). */
+/*
+ * Stamp and place one record at the head; the caller made room.  The
+ * payload is checksummed while it is copied; a NULL `a` leaves its alen
+ * bytes as they are (PAD filler, which the CRC does not cover).
+ */
 static uint64_t place(struct wal *w, unsigned type, const void *a, uint32_t alen,
-		      const void *b, uint32_t blen, uint32_t payload_crc)
+		      const void *b, uint32_t blen)
 {
 	uint8_t *p = w->ring + w->head % w->cap, hdr[REC_HDR_SIZE];
 	struct rec_hdr h = { .magic = REC_MAGIC, .type = (uint16_t)type, .len = alen + blen,
 			     .index = w->win_index, .lsn = w->next_lsn, .window = w->window,
 			     .epoch = w->epoch };
+	uint32_t crc = w->seed;
 
 	if (a)
-		memcpy(p + REC_HDR_SIZE, a, alen);
+		crc = crc32c_copy(crc, p + REC_HDR_SIZE, a, alen);
 	if (blen)
-		memcpy(p + REC_HDR_SIZE + alen, b, blen);
+		crc = crc32c_copy(crc, p + REC_HDR_SIZE + alen, b, blen);
 	rec_hdr_encode(hdr, &h);
-	put32(hdr + REC_CRC_OFF, rec_crc_finish(payload_crc, hdr));
+	put32(hdr + REC_CRC_OFF, rec_crc_finish(crc, hdr));
 	memcpy(p, hdr, REC_HDR_SIZE);
 	w->head += rec_size(h.len);
 	w->win_index++;
@@ -259,14 +263,14 @@ static int make_room(struct wal *w, uint32_t len)
 	if (w->cap - (w->head - w->ckpt.tail_pos) < skip + need && (ret = reclaim(w, skip + need)) < 0)
 		return ret;
 	if (skip >= REC_HDR_SIZE)
-		place(w, WAL_REC_PAD, NULL, (uint32_t)(skip - REC_HDR_SIZE), NULL, 0, w->seed);
+		place(w, WAL_REC_PAD, NULL, (uint32_t)(skip - REC_HDR_SIZE), NULL, 0);
 	else
 		w->head += skip;
 	return 0;
 }
 
 static int64_t append_locked(struct wal *w, unsigned type, const void *a, uint32_t alen,
-			     const void *b, uint32_t blen, uint32_t payload_crc)
+			     const void *b, uint32_t blen)
 {
 	int ret = make_room(w, alen + blen);
 
@@ -274,20 +278,18 @@ static int64_t append_locked(struct wal *w, unsigned type, const void *a, uint32
 		return ret;
 	w->st.appends++;
 	w->st.append_bytes += alen + blen;
-	return (int64_t)place(w, type, a, alen, b, blen, payload_crc);
+	return (int64_t)place(w, type, a, alen, b, blen);
 }
 
 int64_t wal_append(struct wal *w, unsigned type, const void *payload, uint32_t len)
 {
-	uint32_t crc;
 	int64_t ret;
 
 	if (!w || type == 0 || type == WAL_REC_PAD || type == WAL_REC_WINDOW ||
 	    type == WAL_REC_EPOCH || type > 0xffff || (len && !payload))
 		return WAL_EINVAL;
-	crc = crc32c(w->seed, payload, len);
 	pthread_mutex_lock(&w->lock);
-	ret = append_locked(w, type, payload, len, NULL, 0, crc);
+	ret = append_locked(w, type, len ? payload : NULL, len, NULL, 0);
 	pthread_mutex_unlock(&w->lock);
 	return ret;
 }
@@ -308,8 +310,7 @@ int wal_commit(struct wal *w, const void *extra, uint32_t extra_len, struct wal_
 				    .extra_len = extra_len, .commit_ns = now_ns(),
 				    .bytes = w->head + rec_size(WINDOW_FIXED_SIZE + extra_len) - w->win_pos };
 	window_fixed_encode(fixed, &wf);
-	lsn = place(w, WAL_REC_WINDOW, fixed, WINDOW_FIXED_SIZE, extra, extra_len,
-		    crc32c(crc32c(w->seed, fixed, WINDOW_FIXED_SIZE), extra, extra_len));
+	lsn = place(w, WAL_REC_WINDOW, fixed, WINDOW_FIXED_SIZE, extra, extra_len);
 	persist_ring(w, w->committed_end, w->head - w->committed_end);
 	store_commit_word(w, lsn); /* the commit point */
 	if (info)
@@ -356,8 +357,7 @@ static int start_epoch(struct wal *w, uint32_t prev_epoch)
 	w->win_pos = w->head;
 	w->win_first_lsn = w->next_lsn;
 	rec_epoch_encode(buf, &e);
-	ret = append_locked(w, WAL_REC_EPOCH, buf, sizeof buf, NULL, 0,
-			    crc32c(w->seed, buf, sizeof buf));
+	ret = append_locked(w, WAL_REC_EPOCH, buf, sizeof buf, NULL, 0);
 	return ret < 0 ? (int)ret : 0;
 }
 
