@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(meson ninja-build pkg-config gcc clang libclang-rt-14-dev
+# clang and libclang-rt-14-dev: the sanitizer and libFuzzer builds of tests/run.
+packages=(meson ninja-build pkg-config gcc libc6-dev clang libclang-rt-14-dev
           libcunit1-dev libunwind-dev libnuma-dev python3)
 
 missing=()
@@ -22,6 +23,8 @@ if ((${#missing[@]})); then
 fi
 [ "${1:-}" = --deps ] && exit 0
 
+# nvcc, when the CUDA toolkit is installed, builds the device code too.
+[ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"
 [ -f build/build.ninja ] || meson setup build >/dev/null
 ninja -C build >/dev/null
 echo "setup: built build/tools/moeft"

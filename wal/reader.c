@@ -228,10 +228,12 @@ static int resync(struct wal_reader *r, struct cursor *c, uint64_t limit_lsn, ui
 		}
 		if (get32(r->buf + off) != REC_MAGIC)
 			continue;
-		/* Every window holds at least one record, so window ids can
-		 * not advance faster than LSNs. */
+		/* Each lost record took at least a header's bytes before q, and
+		 * each window at least one record: a candidate claiming more
+		 * is not one of ours (and must not make us list its gap). */
 		if (!read_record(r, q, 0, &s, &why) || s.h.lsn <= c->lsn || s.h.lsn > limit_lsn ||
 		    s.h.window < c->window || s.h.index > s.h.lsn ||
+		    s.h.lsn - c->lsn > (q - c->pos) / REC_HDR_SIZE ||
 		    s.h.window - c->window > s.h.lsn - c->lsn)
 			continue;
 		if (d)

@@ -133,6 +133,26 @@ static int format(struct wal *w, struct wal_error *err)
 	return 0;
 }
 
+/*
+ * Zero [pos, pos+len) of the ring, last byte first.  The dropped tail of an
+ * epoch reuses LSNs and window ids that the next epoch hands out again; left
+ * in place, its valid records could be taken for the new epoch's by a
+ * reader resynchronising after damage.  Erasing from the end keeps what is
+ * left after a crash mid-erase a valid tail prefix, which the next open
+ * erases in turn.
+ */
+static void erase_backwards(struct wal *w, uint64_t pos, uint64_t len)
+{
+	while (len) {
+		uint64_t end = pos + len, phys = (end - 1) % w->cap + 1;
+		uint64_t n = phys < len ? phys : len;
+		n = n < 4096 ? n : 4096;
+		memset(w->ring + phys - n, 0, n);
+		media_persist(&w->m, w->ring + phys - n, n);
+		len -= n;
+	}
+}
+
 /* Continue after what an existing log committed, in a new epoch. */
 static int resume(struct wal *w, const char *path, int may_format, struct wal_error *err)
 {
@@ -161,11 +181,15 @@ static int resume(struct wal *w, const char *path, int may_format, struct wal_er
 		wal_reader_close(r);
 		return ret;
 	}
-	if (rec->tail_records)
-		wal_logf(WAL_LOG_INFO, "%s: dropping an uncommitted tail of %llu records", path,
-			 (unsigned long long)rec->tail_records);
 	w->sb = (struct sb){ .version = rec->version, .log_id = rec->log_id, .size = rec->size,
 			     .data_off = rec->data_off, .capacity = rec->capacity };
+	w->ring = w->m.base + w->sb.data_off;
+	w->cap = w->sb.capacity;
+	if (rec->tail_records) {
+		wal_logf(WAL_LOG_INFO, "%s: dropping an uncommitted tail of %llu records", path,
+			 (unsigned long long)rec->tail_records);
+		erase_backwards(w, rec->head_pos, rec->tail_bytes);
+	}
 	w->ckpt = (struct ckpt){ .gen = rec->ckpt_gen, .tail_pos = rec->tail_pos,
 				 .tail_lsn = rec->tail_lsn, .tail_window = rec->tail_window };
 	w->epoch = rec->epoch + 1;
@@ -398,8 +422,6 @@ int wal_open(const char *path, const struct wal_options *opt, struct wal **out,
 	if (ret == 0)
 		ret = resume(w, path, 1, err);
 	if (ret == 0) {
-		w->ring = w->m.base + w->sb.data_off;
-		w->cap = w->sb.capacity;
 		ret = start_epoch(w, w->epoch - 1);
 		if (ret < 0)
 			wal_fail(err, ret, "%s: cannot start a new epoch: %s", path, wal_strerror(ret));

@@ -1,0 +1,123 @@
+/*
+ * profiles_builtin.c - the built-in engine profiles, as rule text.
+ *
+ * They go through the same parser as a MOEFT_PROFILE file, so a built-in
+ * is data a user can read (PROFILES.md lists them), copy and tighten.
+ * Every rule carries a '#' line naming its row in shared/ENGINES.md; the
+ * parameter positions are those rows' (0-based indices into void **args).
+ *
+ * Patterns match mangled names.  Where a name alone is ambiguous they lean
+ * on the mangling: "4vllm3moe" is the vllm::moe namespace (SGLang has a
+ * global topkGatingSoftmax with another parameter order), "24..._kernelI"
+ * is exactly that identifier followed by template arguments (vLLM's Triton
+ * reshape_and_cache_kernel_flash is plain text and must not match), and
+ * "ILi128E" is an int template argument 128.
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "profile.h"
+
+static const char vllm_rules[] =
+	"profile vllm\n"
+	"# Routing: vLLM topkGating, <<<>>>: ids [4], rows [3], k [6] (int32 default)\n"
+	"routing *4vllm3moe10topkGatingI* ids=p4:i32 rows=p3 k=p6\n"
+	"# Routing: vLLM topkGating, older name topkGatingSoftmax: same positions\n"
+	"routing *4vllm3moe17topkGatingSoftmaxI* ids=p4:i32 rows=p3 k=p6\n"
+	"# Routing: vLLM moeTopK (fallback), <<<>>>: ids [3], gridDim.x rows, k [6]\n"
+	"routing *4vllm3moe7moeTopKI* ids=p3:i32 rows=grid.x k=p6\n"
+	"# Routing: vLLM grouped_topk_fused_kernel, ExC: ids [2], tokens [4], topk [8]\n"
+	"routing *grouped_topk_fused_kernel* ids=p2:i32 rows=p4 k=p8\n"
+	"# Routing: vLLM grouped_topk_fused_small_expert_count_kernel, ExC: [2], [4], [7]\n"
+	"routing *grouped_topk_fused_small_expert_count_kernel* ids=p2:i32 rows=p4 k=p7\n"
+	"# KV: vLLM reshape_and_cache_flash_kernel: slot_mapping [4] int64, gridDim.x,\n"
+	"# block_size [12], key_cache [2], value_cache [3]\n"
+	"kv *30reshape_and_cache_flash_kernelI* slots=p4:i64 count=grid.x block=p12 pool=p2,p3\n"
+	"# KV: vLLM reshape_and_cache_kernel: [4] int64, block_size [9]; caches [2], [3]\n"
+	"kv *24reshape_and_cache_kernelI* slots=p4:i64 count=grid.x block=p9 pool=p2,p3\n"
+	"# KV: vLLM concat_and_cache_mla_kernel: [3] int64, block_size [10]; kv_cache [2]\n"
+	"kv *27concat_and_cache_mla_kernelI* slots=p3:i64 count=grid.x block=p10 pool=p2\n"
+	"# KV: vLLM concat_and_cache_mla_kernel row, \"(and ds_mla)\": same positions\n"
+	"kv *30concat_and_cache_ds_mla_kernelI* slots=p3:i64 count=grid.x block=p10 pool=p2\n";
+
+static const char sglang_rules[] =
+	"profile sglang\n"
+	"# Routing: SGLang topkGatingSoftmax, <<<>>>: ids [4], rows [3], k [5]\n"
+	"routing *topkGatingSoftmax* ids=p4:i32 rows=p3 k=p5\n"
+	"# Routing: SGLang moeTopK (also moeTopKFast), <<<>>>: ids [3], gridDim.x, k [5]\n"
+	"routing *moeTopK* ids=p3:i32 rows=grid.x k=p5\n"
+	"# Routing: SGLang moe_fused_gate_kernel_dynamic, ExC: ids [3], rows [4], topk [8]\n"
+	"# (before the next rule, whose pattern also matches this name)\n"
+	"routing *moe_fused_gate_kernel_dynamic* ids=p3:i32 rows=p4 k=p8\n"
+	"# Routing: SGLang moe_fused_gate_kernel: ids [3], rows [4], topk [6];\n"
+	"# fused shared-expert ids >= num_experts are part of the k\n"
+	"routing *moe_fused_gate_kernel* ids=p3:i32 rows=p4 k=p6\n";
+
+/*
+ * torch.topk is also what samplers call.  A router's slice is the expert
+ * count (8 to 512 in current models), a sampler's the vocabulary (32K+),
+ * so `p1<=1024` keeps routers; p9 == 1 (indicesWithinSliceStride) keeps
+ * top-k along the last dimension, where row r's ids start at r * k.
+ */
+static const char torch_rules[] =
+	"profile torch\n"
+	"# Routing: PyTorch at::native::sbtopk::gatherTopK: ids = first 8 bytes of\n"
+	"# TensorInfo [8] (int64), slices [4] x k [2], slice size [1] = experts\n"
+	"routing *6sbtopk10gatherTopK* ids=p8@0:i64 rows=p4 k=p2 experts=p1 when=p1<=1024 when=p9==1\n"
+	"# Routing: PyTorch row, mbtopk:: (multi-block, large slices): same positions\n"
+	"routing *6mbtopk10gatherTopK* ids=p8@0:i64 rows=p4 k=p2 experts=p1 when=p1<=1024 when=p9==1\n";
+
+/*
+ * topk_moe_cuda rows are n_experts ids apart, n_experts being a template
+ * argument no launch parameter carries: one rule per instantiated expert
+ * count reads it from the mangled name.  An unforeseen instantiation
+ * falls through to the last rule, which takes single-row launches only
+ * (row 0 needs no stride).
+ */
+static const char llamacpp_rules[] =
+	"profile llamacpp\n"
+	"# Routing: llama.cpp topk_moe_cuda: ids [2], rows [4], first n_expert_used [5]\n"
+	"# of each row valid, row stride = n_experts (template)\n"
+	"routing *13topk_moe_cudaILi1E* ids=p2:i32 rows=p4 k=p5 stride=1\n"
+	"routing *13topk_moe_cudaILi2E* ids=p2:i32 rows=p4 k=p5 stride=2\n"
+	"routing *13topk_moe_cudaILi4E* ids=p2:i32 rows=p4 k=p5 stride=4\n"
+	"routing *13topk_moe_cudaILi8E* ids=p2:i32 rows=p4 k=p5 stride=8\n"
+	"routing *13topk_moe_cudaILi16E* ids=p2:i32 rows=p4 k=p5 stride=16\n"
+	"routing *13topk_moe_cudaILi32E* ids=p2:i32 rows=p4 k=p5 stride=32\n"
+	"routing *13topk_moe_cudaILi64E* ids=p2:i32 rows=p4 k=p5 stride=64\n"
+	"routing *13topk_moe_cudaILi128E* ids=p2:i32 rows=p4 k=p5 stride=128\n"
+	"routing *13topk_moe_cudaILi256E* ids=p2:i32 rows=p4 k=p5 stride=256\n"
+	"routing *13topk_moe_cudaILi512E* ids=p2:i32 rows=p4 k=p5 stride=512\n"
+	"routing *topk_moe_cuda* ids=p2:i32 rows=p4 k=p5 when=p4==1\n"
+	"# Routing: llama.cpp k_argsort_f32_i32: ids [1], gridDim.x rows x ncols [2];\n"
+	"# a full ranking per row, of which the model uses the first n_expert_used\n"
+	"routing *k_argsort_f32_i32* ids=p1:i32 rows=grid.x k=p2 when=p2<=1024\n"
+	"# KV: llama.cpp k_set_rows / k_set_rows_quant: idx [1] int64,\n"
+	"# ne10 [4] x ne11 [5] x ne12 [6] (int64 each), dst [2]; a slot is one cell\n"
+	"kv *k_set_rows* slots=p1:i64 count=p4:i64*p5:i64*p6:i64 block=1 pool=p2\n";
+
+/* Most specific first: first match wins, and vLLM's namespaced patterns
+ * must see vLLM kernels before SGLang's looser ones do. */
+static const char auto_rules[] =
+	"use vllm\n"
+	"use sglang\n"
+	"use torch\n"
+	"use llamacpp\n";
+
+const char *const profile_builtin_names[] = {
+	"auto", "vllm", "sglang", "torch", "llamacpp", NULL
+};
+
+static const char *const builtin_texts[] = {
+	auto_rules, vllm_rules, sglang_rules, torch_rules, llamacpp_rules
+};
+
+const char *profile_builtin_text(const char *name)
+{
+	size_t i;
+
+	for (i = 0; profile_builtin_names[i]; i++)
+		if (strcmp(name, profile_builtin_names[i]) == 0)
+			return builtin_texts[i];
+	return NULL;
+}

@@ -1,0 +1,310 @@
+/*
+ * test_kernels_ref.c - host references of the capture kernels: what
+ * moeft_capture_append writes for each source layout and dtype, and which
+ * bits moeft_kv_mark_dirty sets.
+ *
+ * Ring entries are read straight from the layout in capture.h (no consumer),
+ * so these tests pin the layout too.  Sources and bitmaps are allocated at
+ * their exact size: under ASan any read or write past them fails.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "capture.h"
+#include "testutil.h"
+
+#define CAP 4096
+
+static struct cap_ring *new_ring(void)
+{
+	struct cap_ring *r = aligned_alloc(64, CAP_DATA_OFF + CAP);
+
+	CU_ASSERT_FATAL(r != NULL);
+	memset(r, 0, CAP_DATA_OFF + CAP);
+	r->magic = CAP_RING_MAGIC;
+	r->version = CAP_RING_VERSION;
+	r->capacity = CAP;
+	return r;
+}
+
+static const struct cap_entry *entry_at(const struct cap_ring *r, uint64_t pos)
+{
+	return (const struct cap_entry *)((const unsigned char *)r + CAP_DATA_OFF + pos % CAP);
+}
+
+static const int32_t *ids_of(const struct cap_entry *e)
+{
+	return (const int32_t *)((const unsigned char *)e + CAP_ENTRY_HDR);
+}
+
+/* A malloc'd copy of n elements of `size` bytes (exact size for ASan). */
+static void *dup_exact(const void *src, size_t n, size_t size)
+{
+	void *p = malloc(n * size);
+
+	CU_ASSERT_FATAL(p != NULL);
+	memcpy(p, src, n * size);
+	return p;
+}
+
+static struct cap_append_args args(struct cap_ring *r, const void *src, uint32_t dtype,
+				   uint32_t rows, uint32_t k, uint32_t stride)
+{
+	struct cap_append_args a;
+
+	memset(&a, 0, sizeof a);
+	a.ring = r;
+	a.src = src;
+	a.tag = 0x1122334455667788u;
+	a.step = 42;
+	a.rows = rows;
+	a.k = k;
+	a.stride = stride;
+	a.dtype = dtype;
+	return a;
+}
+
+static void test_dtypes(void)
+{
+	static const int32_t i32[] = { -5, 0, 7, INT32_MAX, INT32_MIN, 3 };
+	static const uint32_t u32[] = { 0, 5, 0x7fffffffu, 0x80000000u, 0xffffffffu, 9 };
+	static const int64_t i64[] = { -1, 3, INT32_MAX, (int64_t)INT32_MAX + 1,
+				       INT32_MIN, (int64_t)INT32_MIN - 1, INT64_MIN, INT64_MAX };
+	static const int32_t want_u32[] = { 0, 5, INT32_MAX, -1, -1, 9 };
+	static const int32_t want_i64[] = { -1, 3, INT32_MAX, -1, INT32_MIN, -1, -1, -1 };
+	struct cap_ring *r = new_ring();
+	void *src;
+	struct cap_append_args a;
+	const struct cap_entry *e;
+	uint64_t pos = 0;
+
+	src = dup_exact(i32, 6, 4);
+	a = args(r, src, CAP_DT_I32, 3, 2, 2);
+	CU_ASSERT_FATAL(cap_append_ref(&a) == 1);
+	e = entry_at(r, pos);
+	CU_ASSERT(e->seq == pos + 1);
+	CU_ASSERT(e->size == 48 + 32 && e->type == CAP_ENTRY_DATA && e->dtype == CAP_DT_I32);
+	CU_ASSERT(e->tag == 0x1122334455667788u && e->step == 42);
+	CU_ASSERT(e->rows == 3 && e->k == 2 && e->bytes == 24 && e->pad == 0);
+	CU_ASSERT(memcmp(ids_of(e), i32, sizeof i32) == 0);
+	pos += e->size;
+	free(src);
+
+	src = dup_exact(u32, 6, 4);
+	a = args(r, src, CAP_DT_U32, 2, 3, 3);
+	CU_ASSERT_FATAL(cap_append_ref(&a) == 1);
+	e = entry_at(r, pos);
+	CU_ASSERT(e->seq == pos + 1 && e->dtype == CAP_DT_U32 && e->bytes == 24);
+	CU_ASSERT(memcmp(ids_of(e), want_u32, sizeof want_u32) == 0);
+	pos += e->size;
+	free(src);
+
+	src = dup_exact(i64, 8, 8);
+	a = args(r, src, CAP_DT_I64, 1, 8, 8);
+	CU_ASSERT_FATAL(cap_append_ref(&a) == 1);
+	e = entry_at(r, pos);
+	CU_ASSERT(e->seq == pos + 1 && e->dtype == CAP_DT_I64 && e->bytes == 32);
+	CU_ASSERT(e->size == 48 + 32);
+	CU_ASSERT(memcmp(ids_of(e), want_i64, sizeof want_i64) == 0);
+	pos += e->size;
+	free(src);
+
+	CU_ASSERT(r->head == pos && r->dropped_entries == 0);
+	free(r);
+}
+
+/* llama.cpp's argsort: rows of n_expert sorted ids, the first k used.  The
+ * source ends right after the last row's k-th id: nothing past it is read. */
+static void test_stride(void)
+{
+	int64_t rows64[3 * 8];
+	int32_t want[3 * 2];
+	struct cap_ring *r = new_ring();
+	struct cap_append_args a;
+	const struct cap_entry *e;
+	void *src;
+	int i;
+
+	for (i = 0; i < 24; i++)
+		rows64[i] = 100 + i;
+	src = dup_exact(rows64, 2 * 8 + 2, 8);
+	a = args(r, src, CAP_DT_I64, 3, 2, 8);
+	CU_ASSERT_FATAL(cap_append_ref(&a) == 1);
+	e = entry_at(r, 0);
+	for (i = 0; i < 6; i++)
+		want[i] = 100 + i / 2 * 8 + i % 2;
+	CU_ASSERT(e->rows == 3 && e->k == 2 && e->bytes == 24 && e->size == 80);
+	CU_ASSERT(memcmp(ids_of(e), want, sizeof want) == 0);
+	free(src);
+
+	/* empty requests still append a (payload-less) entry */
+	a = args(r, rows64, CAP_DT_I64, 0, 8, 8);
+	CU_ASSERT(cap_append_ref(&a) == 1);
+	a = args(r, rows64, CAP_DT_I32, 5, 0, 4);
+	CU_ASSERT(cap_append_ref(&a) == 1);
+	e = entry_at(r, 80);
+	CU_ASSERT(e->rows == 0 && e->k == 8 && e->bytes == 0 && e->size == 48);
+	e = entry_at(r, 128);
+	CU_ASSERT(e->rows == 5 && e->k == 0 && e->bytes == 0 && e->seq == 129);
+
+	/* invalid requests count as drops and reserve nothing */
+	a = args(r, rows64, CAP_DT_I64, 2, 8, 7);
+	CU_ASSERT(cap_append_ref(&a) == 0);
+	a = args(r, rows64, 0, 1, 1, 1);
+	CU_ASSERT(cap_append_ref(&a) == 0);
+	a = args(r, rows64, CAP_DT_I64 + 1, 1, 2, 2);
+	CU_ASSERT(cap_append_ref(&a) == 0);
+	a = args(r, rows64, CAP_DT_I32, 0xffffffffu, 0xffffffffu, 0xffffffffu);
+	CU_ASSERT(cap_append_ref(&a) == 0);
+	CU_ASSERT(r->head == 176);
+	CU_ASSERT(r->dropped_entries == 4);
+	CU_ASSERT(r->dropped_bytes == 64 + 4 + 8 + UINT64_MAX);
+	free(r);
+}
+
+/* ---- kv_mark_dirty --------------------------------------------------------- */
+
+static struct kv_dirty_args kv_args(const void *slots, uint32_t dtype, uint64_t count,
+				    uint64_t *bitmap, uint64_t num_blocks,
+				    uint32_t block_size, uint64_t *bad)
+{
+	struct kv_dirty_args a;
+
+	memset(&a, 0, sizeof a);
+	a.slots = slots;
+	a.dtype = dtype;
+	a.count = count;
+	a.bitmap = bitmap;
+	a.num_blocks = num_blocks;
+	a.block_size = block_size;
+	a.bad = bad;
+	return a;
+}
+
+static void test_kv(void)
+{
+	/* 130 blocks of 16 slots: 2080 slots, 3 bitmap words */
+	static const int64_t s64[] = {
+		-1, 0, 15, 16, 17, 2079, 2080, INT64_MAX, -1, 16, 1000, 1024, INT64_MIN,
+	};
+	static const int32_t s32[] = { -1, 5, 31, 32, 2080, -7 };
+	static const uint32_t su32[] = { 0xffffffffu, 48 };
+	uint64_t *bm = calloc(3, sizeof *bm);
+	uint64_t bad = 0;
+	struct kv_dirty_args a;
+	void *src;
+
+	CU_ASSERT_FATAL(bm != NULL);
+	src = dup_exact(s64, 13, 8);
+	a = kv_args(src, CAP_DT_I64, 13, bm, 130, 16, &bad);
+	kv_mark_dirty_ref(&a);
+	/* blocks 0, 1, 129, 62 (slot 1000), 64 (slot 1024) */
+	CU_ASSERT(bm[0] == ((UINT64_C(1) << 0) | (UINT64_C(1) << 1) | (UINT64_C(1) << 62)));
+	CU_ASSERT(bm[1] == UINT64_C(1));
+	CU_ASSERT(bm[2] == (UINT64_C(1) << 1));
+	CU_ASSERT(bad == 2);
+	kv_mark_dirty_ref(&a);		/* idempotent, but counts again */
+	CU_ASSERT(bm[2] == (UINT64_C(1) << 1) && bad == 4);
+	free(src);
+
+	memset(bm, 0, 3 * sizeof *bm);
+	bad = 0;
+	src = dup_exact(s32, 6, 4);
+	a = kv_args(src, CAP_DT_I32, 6, bm, 130, 16, &bad);
+	kv_mark_dirty_ref(&a);
+	CU_ASSERT(bm[0] == 7 && bm[1] == 0 && bm[2] == 0 && bad == 1);
+	free(src);
+
+	memset(bm, 0, 3 * sizeof *bm);
+	bad = 0;
+	src = dup_exact(su32, 2, 4);
+	a = kv_args(src, CAP_DT_U32, 2, bm, 130, 16, &bad);
+	kv_mark_dirty_ref(&a);
+	CU_ASSERT(bm[0] == 8 && bad == 1);
+	free(src);
+
+	/* block_size 0: every non-padding slot is out of range */
+	memset(bm, 0, 3 * sizeof *bm);
+	bad = 0;
+	src = dup_exact(s64, 3, 8);
+	a = kv_args(src, CAP_DT_I64, 3, bm, 130, 0, &bad);
+	kv_mark_dirty_ref(&a);
+	CU_ASSERT(bm[0] == 0 && bad == 2);
+	/* unknown dtype: all counted, nothing read */
+	a = kv_args(src, 9, 3, bm, 130, 16, &bad);
+	kv_mark_dirty_ref(&a);
+	CU_ASSERT(bm[0] == 0 && bad == 5);
+	/* nothing to do */
+	a = kv_args(src, CAP_DT_I64, 0, bm, 130, 16, &bad);
+	kv_mark_dirty_ref(&a);
+	CU_ASSERT(bm[0] == 0 && bad == 5);
+	free(src);
+	free(bm);
+}
+
+/* Threads sharing one bitmap, as concurrent streams would. */
+#define KV_SLOTS 200000
+#define KV_BLOCKS 5000
+#define KV_BS 16
+
+static void *kv_worker(void *arg)
+{
+	kv_mark_dirty_ref(arg);
+	return NULL;
+}
+
+static void test_kv_concurrent(void)
+{
+	int64_t *slots = malloc(KV_SLOTS * sizeof *slots);
+	uint64_t words = (KV_BLOCKS + 63) / 64;
+	uint64_t *one = calloc(words, sizeof *one), *many = calloc(words, sizeof *many);
+	uint64_t bad1 = 0, badn = 0;
+	struct kv_dirty_args a[4];
+	pthread_t th[4];
+	uint32_t x = 12345;
+	int i;
+
+	CU_ASSERT_FATAL(slots && one && many);
+	for (i = 0; i < KV_SLOTS; i++) {
+		x = x * 1103515245u + 12345u;
+		/* mostly in range, some padding, some past the pool */
+		slots[i] = (int64_t)(x >> 8) % (KV_BLOCKS * KV_BS + 2000) - 1000;
+	}
+	a[0] = kv_args(slots, CAP_DT_I64, KV_SLOTS, one, KV_BLOCKS, KV_BS, &bad1);
+	kv_mark_dirty_ref(&a[0]);
+	for (i = 0; i < 4; i++) {
+		a[i] = kv_args(slots + i * (KV_SLOTS / 4), CAP_DT_I64, KV_SLOTS / 4, many,
+			       KV_BLOCKS, KV_BS, &badn);
+		CU_ASSERT_FATAL(pthread_create(&th[i], NULL, kv_worker, &a[i]) == 0);
+	}
+	for (i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	CU_ASSERT(memcmp(one, many, words * sizeof *one) == 0);
+	CU_ASSERT(bad1 == badn && bad1 > 0);
+	CU_ASSERT(one[words - 1] >> (KV_BLOCKS % 64) == 0);	/* no bit past the pool */
+	free(slots);
+	free(one);
+	free(many);
+}
+
+int main(void)
+{
+	CU_TestInfo capture[] = {
+		{ "dtypes", test_dtypes },
+		{ "stride", test_stride },
+		CU_TEST_INFO_NULL,
+	};
+	CU_TestInfo kv[] = {
+		{ "slots", test_kv },
+		{ "concurrent", test_kv_concurrent },
+		CU_TEST_INFO_NULL,
+	};
+	CU_SuiteInfo suites[] = {
+		{ "capture_append", NULL, NULL, NULL, NULL, capture },
+		{ "kv_mark_dirty", NULL, NULL, NULL, NULL, kv },
+		CU_SUITE_INFO_NULL,
+	};
+
+	return cu_run(suites);
+}
