@@ -353,7 +353,7 @@ static int add(struct alloc_table *at, uint64_t base, uint64_t size, unsigned ap
 	ST(&e->handle, handle);
 	ST(&e->ordinal, ord);
 	ST(&e->api, (uint16_t)api);
-	ST(&e->role, (uint16_t)AT_ROLE_OTHER);
+	ST(&e->role, (uint16_t)ALLOC_ROLE_OTHER);
 	for (j = n; j > i; j--) {
 		ST(&at->base[j], LD(&at->base[j - 1]));
 		ST(&at->slot[j], LD(&at->slot[j - 1]));
@@ -394,7 +394,7 @@ static void drop(struct alloc_table *at, unsigned i, struct alloc_info *out)
 int at_insert(struct alloc_table *at, uint64_t base, uint64_t size, unsigned api,
 	      uint64_t fingerprint, struct alloc_info *out)
 {
-	if (api == 0 || api >= AT_API_COUNT || api == AT_API_VMM)
+	if (api == 0 || api >= ALLOC_API_COUNT || api == ALLOC_API_VMM)
 		return AT_EINVAL;
 	return add(at, base, size, api, 0, fingerprint, out);
 }
@@ -402,7 +402,7 @@ int at_insert(struct alloc_table *at, uint64_t base, uint64_t size, unsigned api
 int at_map(struct alloc_table *at, uint64_t va, uint64_t size, uint64_t handle,
 	   uint64_t fingerprint, struct alloc_info *out)
 {
-	return add(at, va, size, AT_API_VMM, handle, fingerprint, out);
+	return add(at, va, size, ALLOC_API_VMM, handle, fingerprint, out);
 }
 
 int at_remove(struct alloc_table *at, uint64_t base, struct alloc_info *out)
@@ -434,7 +434,7 @@ int at_unmap(struct alloc_table *at, uint64_t va, uint64_t size, struct alloc_in
 	n = LD(&at->count);
 	for (i = va ? upper_bound(at, n, va - 1) : 0; i < n && LD(&at->base[i]) < va + size; i++) {
 		e = &at->ent[LD(&at->slot[i])];
-		if (LD(&e->api) == AT_API_VMM && LD(&e->size) <= va + size - LD(&e->base)) {
+		if (LD(&e->api) == ALLOC_API_VMM && LD(&e->size) <= va + size - LD(&e->base)) {
 			drop(at, i, out);
 			rc = AT_OK;
 			break;
@@ -450,7 +450,7 @@ int at_set_role(struct alloc_table *at, uint64_t alloc_id, unsigned role)
 	unsigned n, i;
 	int rc = AT_ENOENT;
 
-	if (!at || role >= AT_ROLE_COUNT)
+	if (!at || role >= ALLOC_ROLE_COUNT)
 		return AT_EINVAL;
 	pthread_mutex_lock(&at->lock);
 	n = LD(&at->count);

@@ -21,6 +21,8 @@
 
 #include <stdint.h>
 
+#include "record.h"
+
 struct rec_alloc;
 
 /* Status codes: 0 is success, errors are negative. */
@@ -34,41 +36,16 @@ enum at_status {
 
 const char *at_strerror(int status);
 
-/* The allocation call that made an entry. */
-enum at_api {
-	AT_API_CUDA_MALLOC = 1,
-	AT_API_CUDA_MALLOC_ASYNC = 2,
-	AT_API_CUDA_MALLOC_FROM_POOL_ASYNC = 3,
-	AT_API_CUDA_MALLOC_MANAGED = 4,
-	AT_API_CUDA_MALLOC_PITCH = 5,   /* also cudaMalloc3D */
-	AT_API_CU_MEM_ALLOC = 6,
-	AT_API_CU_MEM_ALLOC_ASYNC = 7,
-	AT_API_CU_MEM_ALLOC_FROM_POOL_ASYNC = 8,
-	AT_API_CU_MEM_ALLOC_MANAGED = 9,
-	AT_API_CU_MEM_ALLOC_PITCH = 10,
-	AT_API_VMM = 11,                /* cuMemCreate + cuMemMap: at_map() only */
-	AT_API_COUNT
-};
-
-/* What the preload has learned an allocation holds. */
-enum at_role {
-	AT_ROLE_OTHER = 0,
-	AT_ROLE_KV_POOL = 1,    /* a KV-write rule points into it */
-	AT_ROLE_WEIGHTS = 2,
-	AT_ROLE_WORKSPACE = 3,
-	AT_ROLE_COUNT
-};
-
 /* A copy of one entry; the table never hands out pointers into itself. */
 struct alloc_info {
 	uint64_t alloc_id;      /* 1, 2, 3, ... in insertion order, never reused */
 	uint64_t base;
 	uint64_t size;          /* > 0; base + size does not wrap */
 	uint64_t fingerprint;   /* call site, see fingerprint_callsite() */
-	uint64_t handle;        /* AT_API_VMM: the cuMemCreate handle; else 0 */
+	uint64_t handle;        /* ALLOC_API_VMM: the cuMemCreate handle; else 0 */
 	uint32_t ordinal;       /* see at_insert() */
-	uint16_t api;           /* enum at_api */
-	uint16_t role;          /* enum at_role */
+	uint16_t api;           /* enum alloc_api */
+	uint16_t role;          /* enum alloc_role */
 };
 
 struct alloc_table;
@@ -80,7 +57,7 @@ void at_destroy(struct alloc_table *at);
 
 /*
  * Record a live allocation [base, base + size) made by `api` (any but
- * AT_API_VMM) at call site `fingerprint`; its role starts as OTHER.
+ * ALLOC_API_VMM) at call site `fingerprint`; its role starts as OTHER.
  * Fills *out (may be NULL) and returns 0, or AT_EINVAL, AT_EFULL,
  * AT_EOVERLAP without changing anything.
  *
@@ -137,7 +114,7 @@ int at_set_role(struct alloc_table *at, uint64_t alloc_id, unsigned role);
  * VA range, cuMemMap puts a handle at part of that range, cuMemUnmap takes
  * it away, cuMemRelease drops the handle.  Pointers point into mappings, so
  * a mapping is what the table records: one entry per cuMemMap, api
- * AT_API_VMM, with the handle for diagnostics.  Handles without a mapping
+ * ALLOC_API_VMM, with the handle for diagnostics.  Handles without a mapping
  * and reserved ranges hold nothing a pointer can reach and are not tracked.
  *
  * The fingerprint is the call site of cuMemMap, not of cuMemCreate: a

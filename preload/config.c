@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "decimal.h"
 #include "media.h"
 #include "profile.h"
 #include "wal.h"
@@ -71,31 +72,13 @@ static int bad(char *err, size_t errlen, const char *name, const char *value,
 
 /* ---- value parsers ----------------------------------------------------- */
 
-static int parse_u64(const char **s, uint64_t *v)
-{
-	const char *p = *s;
-
-	*v = 0;
-	for (; *p >= '0' && *p <= '9'; p++) {
-		unsigned d = (unsigned)(*p - '0');
-
-		if (*v > (UINT64_MAX - d) / 10)
-			return -1;
-		*v = *v * 10 + d;
-	}
-	if (p == *s)
-		return -1;
-	*s = p;
-	return 0;
-}
-
 /* Decimal byte count with an optional binary suffix: K, M, G, T (either
  * case), optionally followed by "iB". */
 static int parse_bytes(const char *s, uint64_t *v)
 {
 	unsigned shift = 0;
 
-	if (parse_u64(&s, v) < 0)
+	if (parse_decimal(&s, UINT64_MAX, v) < 0)
 		return -1;
 	switch (*s) {
 	case 'k': case 'K': shift = 10; break;
@@ -255,7 +238,7 @@ static int load_window(struct moeft_config *c, const char *v, char *err, size_t 
 	const char *p = v;
 	uint64_t w;
 
-	if (parse_u64(&p, &w) < 0 || *p || w < 1 || w > WINDOW_MAX)
+	if (parse_decimal(&p, UINT64_MAX, &w) < 0 || *p || w < 1 || w > WINDOW_MAX)
 		return bad(err, errlen, "MOEFT_WINDOW", v, "must be an integer from 1 to %u",
 			   WINDOW_MAX);
 	c->window = (unsigned)w;
@@ -334,7 +317,7 @@ static int load_selector(struct kv_selector *sel, char *item, unsigned nr,
 		if (bit == 2) {
 			const char *p = val;
 
-			if (parse_u64(&p, &x) < 0 || *p || x > KV_ORDINAL_MAX)
+			if (parse_decimal(&p, UINT64_MAX, &x) < 0 || *p || x > KV_ORDINAL_MAX)
 				return bad(err, errlen, what, shown,
 					   "ordinal='%s' must be an integer from 0 to %d", val, KV_ORDINAL_MAX);
 			sel->ordinal = (int32_t)x;

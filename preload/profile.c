@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "decimal.h"
 #include "profile.h"
 
 #define PROFILE_FILE_MAX (1u << 20)
@@ -65,25 +66,6 @@ static int is_alnum(char c)
 	return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
-/* Strict unsigned decimal no larger than max; *s moves past the digits. */
-static int parse_dec(const char **s, uint64_t max, uint64_t *v)
-{
-	const char *p = *s;
-
-	*v = 0;
-	for (; is_digit(*p); p++) {
-		unsigned d = (unsigned)(*p - '0');
-
-		if (*v > (max - d) / 10)
-			return -1;
-		*v = *v * 10 + d;
-	}
-	if (p == *s)
-		return -1;
-	*s = p;
-	return 0;
-}
-
 /* The word (letters and digits) at s, for ":i64"-style suffixes. */
 static size_t word_len(const char *s)
 {
@@ -107,7 +89,7 @@ static int parse_param(struct pctx *x, const char **s, uint8_t *param)
 
 	if (*at != 'p' || !is_digit(*p))
 		return perr(x, at, "expected a parameter pN, got '%s'", at);
-	if (parse_dec(&p, UINT64_MAX, &v) < 0 || v >= RULE_MAX_PARAMS)
+	if (parse_decimal(&p, UINT64_MAX, &v) < 0 || v >= RULE_MAX_PARAMS)
 		return perr(x, at + 1, "parameter index '%.*s' out of range (p0 to p%d)",
 			    (int)word_len(at + 1), at + 1, RULE_MAX_PARAMS - 1);
 	*param = (uint8_t)v;
@@ -121,7 +103,7 @@ static int parse_off(struct pctx *x, const char **s, uint16_t *off)
 	const char *p = *s + 1;
 	uint64_t v;
 
-	if (parse_dec(&p, UINT64_MAX, &v) < 0 || v > RULE_MAX_OFF)
+	if (parse_decimal(&p, UINT64_MAX, &v) < 0 || v > RULE_MAX_OFF)
 		return perr(x, *s + 1, "struct offset '%.*s' is not a byte offset from 0 to %d",
 			    (int)word_len(*s + 1), *s + 1, RULE_MAX_OFF);
 	*off = (uint16_t)v;
@@ -170,7 +152,7 @@ static int parse_term(struct pctx *x, const char **s, struct rule_term *t)
 		uint64_t v;
 
 		p += neg;
-		if (parse_dec(&p, neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX, &v) < 0)
+		if (parse_decimal(&p, neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX, &v) < 0)
 			return perr(x, *s, "integer '%.*s' out of range", (int)word_len(*s + neg) + neg, *s);
 		t->kind = TERM_CONST;
 		t->k = neg ? (int64_t)(0 - v) : (int64_t)v;

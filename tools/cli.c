@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "decimal.h"
 #include "json.h"
 #include "media.h"
 
@@ -133,21 +134,14 @@ int cli_getopt(struct cli_opts *o, int argc, char **argv, const struct option *o
 int cli_parse_u64(struct cli_opts *o, const char *opt, const char *text,
 		  uint64_t min, uint64_t max, uint64_t *out)
 {
-	uint64_t v = 0;
 	const char *p = text;
-	int overflow = 0;
+	uint64_t v = 0;
 
-	for (; *p >= '0' && *p <= '9'; p++) {
-		unsigned d = (unsigned)(*p - '0');
-
-		overflow |= v > (UINT64_MAX - d) / 10;
-		v = v * 10 + d;
-	}
-	if (p == text || *p) {
+	if (!*p || strspn(p, "0123456789") != strlen(p)) {
 		cli_usage_error(o, "%s: '%s' is not a whole number", opt, text);
 		return -1;
 	}
-	if (overflow || v < min || v > max) {
+	if (parse_decimal(&p, max, &v) < 0 || v < min) {
 		cli_usage_error(o, "%s: %s is out of range (%llu to %llu)", opt, text,
 				(unsigned long long)min, (unsigned long long)max);
 		return -1;

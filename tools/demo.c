@@ -49,9 +49,6 @@
 #define MAX_WINDOWS 128u
 #define DEFAULT_WINDOWS 64u
 
-/* api and role of ALLOC records are the writer's to define; the demo's: */
-enum { API_DEVICE_MALLOC = 1 };
-enum { ROLE_WEIGHTS = 1, ROLE_KV_POOL = 2, ROLE_WORKSPACE = 3 };
 
 /* Child to parent, through a pipe. */
 enum { MSG_OPENED = 1, MSG_COMMITTED = 2 };
@@ -152,24 +149,24 @@ static void log_allocations(struct server *s)
 	struct rec_alloc a;
 
 	for (unsigned i = 0; i < LAYERS + 3; i++) {
-		a = (struct rec_alloc){ .alloc_id = id++, .base = base, .api = API_DEVICE_MALLOC };
+		a = (struct rec_alloc){ .alloc_id = id++, .base = base, .api = ALLOC_API_CUDA_MALLOC };
 		if (i == 0) {
 			a.size = (uint64_t)LAYERS * 2 * POOL_BLOCKS * BLOCK_BYTES;
 			a.fingerprint = fnv1a("kv_cache.py:allocate_kv_pool");
-			a.role = ROLE_KV_POOL;
+			a.role = ALLOC_ROLE_KV_POOL;
 		} else if (i <= LAYERS) {
 			a.size = expert_bytes;
 			a.fingerprint = fnv1a("fused_moe.py:create_expert_weights");
 			a.ordinal = i - 1;	/* live allocations of that call site */
-			a.role = ROLE_WEIGHTS;
+			a.role = ALLOC_ROLE_WEIGHTS;
 		} else if (i == LAYERS + 1) {
 			a.size = UINT64_C(1600) << 20;
 			a.fingerprint = fnv1a("model_loader.py:load_dense_weights");
-			a.role = ROLE_WEIGHTS;
+			a.role = ALLOC_ROLE_WEIGHTS;
 		} else {
 			a.size = UINT64_C(256) << 20;
 			a.fingerprint = fnv1a("worker.py:profile_workspace");
-			a.role = ROLE_WORKSPACE;
+			a.role = ALLOC_ROLE_WORKSPACE;
 		}
 		base += (a.size + (UINT64_C(2) << 20) - 1) & ~((UINT64_C(2) << 20) - 1);
 		rec_alloc_encode(buf, &a);

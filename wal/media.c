@@ -25,6 +25,7 @@
 #include <numa.h>
 #include <numaif.h>
 
+#include "decimal.h"
 #include "diag.h"
 #include "media.h"
 
@@ -47,23 +48,6 @@ static void media_reset(struct media *m)
 	m->numa_node = -1;
 }
 
-/* Strict unsigned decimal: digits only, no sign or space, no overflow. */
-static int parse_u64(const char *s, const char **end, uint64_t *v)
-{
-	const char *p = s;
-
-	*v = 0;
-	for (; *p >= '0' && *p <= '9'; p++) {
-		unsigned d = (unsigned)(*p - '0');
-
-		if (*v > (UINT64_MAX - d) / 10)
-			return -1;
-		*v = *v * 10 + d;
-	}
-	*end = p;
-	return p == s ? -1 : 0;
-}
-
 /* ---- NUMA ------------------------------------------------------------- */
 
 static int check_node(int node, const char *what, struct wal_error *err)
@@ -84,11 +68,11 @@ static int check_node(int node, const char *what, struct wal_error *err)
 
 int media_parse_numa_node(const char *text, const char *what, struct wal_error *err)
 {
-	const char *end;
+	const char *end = text;
 	uint64_t v;
 	int rc;
 
-	if (!text || parse_u64(text, &end, &v) < 0 || *end || v > INT_MAX)
+	if (!text || parse_decimal(&end, INT_MAX, &v) < 0 || *end)
 		return wal_fail(err, WAL_EINVAL, "%s: '%s' is not a node number",
 				what, text ? text : "");
 	rc = check_node((int)v, what, err);
@@ -183,7 +167,8 @@ static int read_sysfs_u64(const char *file, uint64_t *v)
 		return -1;
 	}
 	buf[n] = '\0';
-	if (parse_u64(buf, &end, v) < 0 || (*end && *end != '\n')) {
+	end = buf;
+	if (parse_decimal(&end, UINT64_MAX, v) < 0 || (*end && *end != '\n')) {
 		errno = EINVAL;
 		return -1;
 	}

@@ -45,6 +45,32 @@ struct rec_kvref {
 	uint32_t flags;
 };
 
+/* The call that made an allocation, and what it holds: the values of
+ * rec_alloc.api and .role (they are logged, so they never change). */
+enum alloc_api {
+	ALLOC_API_CUDA_MALLOC = 1,
+	ALLOC_API_CUDA_MALLOC_ASYNC = 2,
+	ALLOC_API_CUDA_MALLOC_FROM_POOL_ASYNC = 3,
+	ALLOC_API_CUDA_MALLOC_MANAGED = 4,
+	ALLOC_API_CUDA_MALLOC_PITCH = 5,   /* also cudaMalloc3D */
+	ALLOC_API_CU_MEM_ALLOC = 6,
+	ALLOC_API_CU_MEM_ALLOC_ASYNC = 7,
+	ALLOC_API_CU_MEM_ALLOC_FROM_POOL_ASYNC = 8,
+	ALLOC_API_CU_MEM_ALLOC_MANAGED = 9,
+	ALLOC_API_CU_MEM_ALLOC_PITCH = 10,
+	ALLOC_API_VMM = 11,                /* cuMemCreate + cuMemMap */
+	ALLOC_API_COUNT
+};
+
+/* What the preload has learned an allocation holds. */
+enum alloc_role {
+	ALLOC_ROLE_OTHER = 0,
+	ALLOC_ROLE_KV_POOL = 1,    /* a KV-write rule points into it */
+	ALLOC_ROLE_WEIGHTS = 2,
+	ALLOC_ROLE_WORKSPACE = 3,
+	ALLOC_ROLE_COUNT
+};
+
 /* A device allocation, matched across processes by fingerprint. */
 #define ALLOC_PAYLOAD_SIZE 40u
 struct rec_alloc {
@@ -52,9 +78,10 @@ struct rec_alloc {
 	uint64_t base;
 	uint64_t size;
 	uint64_t fingerprint;   /* hash of the call site */
-	uint32_t ordinal;       /* among live allocations of equal fingerprint */
-	uint16_t api;
-	uint16_t role;
+	uint32_t ordinal;       /* lowest not held by a live allocation of equal
+				   fingerprint and size */
+	uint16_t api;           /* enum alloc_api */
+	uint16_t role;          /* enum alloc_role */
 };
 
 #define FREE_PAYLOAD_SIZE 16u

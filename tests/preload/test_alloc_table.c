@@ -69,7 +69,7 @@ static void test_create_limits(void)
 	CU_ASSERT_PTR_NOT_NULL_FATAL(t = at_create(1));
 	at_destroy(t);
 	at_destroy(NULL);
-	CU_ASSERT_EQUAL(at_insert(NULL, 0x1000, 1, AT_API_CUDA_MALLOC, 0, NULL), AT_EINVAL);
+	CU_ASSERT_EQUAL(at_insert(NULL, 0x1000, 1, ALLOC_API_CUDA_MALLOC, 0, NULL), AT_EINVAL);
 	CU_ASSERT_EQUAL(at_find(NULL, 0x1000, NULL), AT_EINVAL);
 	CU_ASSERT_EQUAL(at_count(NULL), 0);
 }
@@ -81,15 +81,15 @@ static void test_insert_find_remove(void)
 
 	clear();
 	CU_ASSERT_EQUAL(at_find(at, base, &a), AT_ENOENT);
-	CU_ASSERT_EQUAL_FATAL(at_insert(at, base, 3 * MiB, AT_API_CUDA_MALLOC_ASYNC, FP_A, &a), AT_OK);
+	CU_ASSERT_EQUAL_FATAL(at_insert(at, base, 3 * MiB, ALLOC_API_CUDA_MALLOC_ASYNC, FP_A, &a), AT_OK);
 	CU_ASSERT(a.alloc_id > 0);
 	CU_ASSERT_EQUAL(a.base, base);
 	CU_ASSERT_EQUAL(a.size, 3 * MiB);
 	CU_ASSERT_EQUAL(a.fingerprint, FP_A);
 	CU_ASSERT_EQUAL(a.handle, 0);
 	CU_ASSERT_EQUAL(a.ordinal, 0);
-	CU_ASSERT_EQUAL(a.api, AT_API_CUDA_MALLOC_ASYNC);
-	CU_ASSERT_EQUAL(a.role, AT_ROLE_OTHER);
+	CU_ASSERT_EQUAL(a.api, ALLOC_API_CUDA_MALLOC_ASYNC);
+	CU_ASSERT_EQUAL(a.role, ALLOC_ROLE_OTHER);
 	CU_ASSERT_EQUAL(at_count(at), 1);
 
 	memset(&b, 0, sizeof b);
@@ -110,14 +110,14 @@ static void test_ids_monotonic(void)
 	struct alloc_info a, b, c;
 
 	clear();
-	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0x10000, 0x1000, AT_API_CUDA_MALLOC, FP_A, &a), AT_OK);
+	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0x10000, 0x1000, ALLOC_API_CUDA_MALLOC, FP_A, &a), AT_OK);
 	CU_ASSERT_EQUAL_FATAL(at_remove(at, 0x10000, NULL), AT_OK);
 	/* Same place, same everything: still a new id. */
-	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0x10000, 0x1000, AT_API_CUDA_MALLOC, FP_A, &b), AT_OK);
+	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0x10000, 0x1000, ALLOC_API_CUDA_MALLOC, FP_A, &b), AT_OK);
 	CU_ASSERT_EQUAL(b.alloc_id, a.alloc_id + 1);
 	/* A rejected insert consumes no id. */
-	CU_ASSERT_EQUAL(at_insert(at, 0x10000, 0x1000, AT_API_CUDA_MALLOC, FP_A, NULL), AT_EOVERLAP);
-	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0x20000, 0x1000, AT_API_CUDA_MALLOC, FP_A, &c), AT_OK);
+	CU_ASSERT_EQUAL(at_insert(at, 0x10000, 0x1000, ALLOC_API_CUDA_MALLOC, FP_A, NULL), AT_EOVERLAP);
+	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0x20000, 0x1000, ALLOC_API_CUDA_MALLOC, FP_A, &c), AT_OK);
 	CU_ASSERT_EQUAL(c.alloc_id, b.alloc_id + 1);
 }
 
@@ -127,8 +127,8 @@ static void test_boundaries(void)
 	struct alloc_info a, b, c;
 
 	clear();
-	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0x1000, 0x1000, AT_API_CUDA_MALLOC, FP_A, &a), AT_OK);
-	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0x2000, 0x1000, AT_API_CUDA_MALLOC, FP_A, &b), AT_OK);
+	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0x1000, 0x1000, ALLOC_API_CUDA_MALLOC, FP_A, &a), AT_OK);
+	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0x2000, 0x1000, ALLOC_API_CUDA_MALLOC, FP_A, &b), AT_OK);
 	CU_ASSERT_EQUAL(find_id(0x0fff), 0);
 	CU_ASSERT_EQUAL(find_id(0x1000), a.alloc_id);           /* base */
 	CU_ASSERT_EQUAL(find_id(0x1fff), a.alloc_id);           /* base + size - 1 */
@@ -139,19 +139,19 @@ static void test_boundaries(void)
 	CU_ASSERT_EQUAL(find_id(UINT64_MAX), 0);
 
 	/* The highest range there is ends at UINT64_MAX (exclusive). */
-	CU_ASSERT_EQUAL_FATAL(at_insert(at, top, 0x1000, AT_API_CUDA_MALLOC, FP_A, &c), AT_OK);
+	CU_ASSERT_EQUAL_FATAL(at_insert(at, top, 0x1000, ALLOC_API_CUDA_MALLOC, FP_A, &c), AT_OK);
 	CU_ASSERT_EQUAL(find_id(top), c.alloc_id);
 	CU_ASSERT_EQUAL(find_id(UINT64_MAX - 1), c.alloc_id);
 	CU_ASSERT_EQUAL(find_id(UINT64_MAX), 0);
 	CU_ASSERT_EQUAL(find_id(top - 1), 0);
 	/* One byte in range 0 .. 0: the lowest there is. */
-	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0, 1, AT_API_CUDA_MALLOC, FP_A, &a), AT_OK);
+	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0, 1, ALLOC_API_CUDA_MALLOC, FP_A, &a), AT_OK);
 	CU_ASSERT_EQUAL(find_id(0), a.alloc_id);
 	CU_ASSERT_EQUAL(find_id(1), 0);
 
-	CU_ASSERT_EQUAL(at_insert(at, 0x9000, 0, AT_API_CUDA_MALLOC, FP_A, NULL), AT_EINVAL);
-	CU_ASSERT_EQUAL(at_insert(at, top + 1, 0x1000, AT_API_CUDA_MALLOC, FP_A, NULL), AT_EINVAL);
-	CU_ASSERT_EQUAL(at_insert(at, 0x9000, UINT64_MAX, AT_API_CUDA_MALLOC, FP_A, NULL), AT_EINVAL);
+	CU_ASSERT_EQUAL(at_insert(at, 0x9000, 0, ALLOC_API_CUDA_MALLOC, FP_A, NULL), AT_EINVAL);
+	CU_ASSERT_EQUAL(at_insert(at, top + 1, 0x1000, ALLOC_API_CUDA_MALLOC, FP_A, NULL), AT_EINVAL);
+	CU_ASSERT_EQUAL(at_insert(at, 0x9000, UINT64_MAX, ALLOC_API_CUDA_MALLOC, FP_A, NULL), AT_EINVAL);
 	CU_ASSERT_EQUAL(at_count(at), 4);
 }
 
@@ -170,9 +170,9 @@ static void test_overlap_rejected(void)
 	struct alloc_info a, b;
 
 	clear();
-	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0x10000, 0x1000, AT_API_CUDA_MALLOC, FP_A, &a), AT_OK);
+	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0x10000, 0x1000, ALLOC_API_CUDA_MALLOC, FP_A, &a), AT_OK);
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-		CU_ASSERT_EQUAL(at_insert(at, bad[i].base, bad[i].size, AT_API_CUDA_MALLOC, FP_B, NULL),
+		CU_ASSERT_EQUAL(at_insert(at, bad[i].base, bad[i].size, ALLOC_API_CUDA_MALLOC, FP_B, NULL),
 				AT_EOVERLAP);
 		CU_ASSERT_EQUAL(at_map(at, bad[i].base, bad[i].size, 7, FP_B, NULL), AT_EOVERLAP);
 	}
@@ -180,8 +180,8 @@ static void test_overlap_rejected(void)
 	CU_ASSERT_EQUAL(at_find(at, 0x10000, &b), AT_OK);
 	CU_ASSERT_EQUAL(memcmp(&a, &b, sizeof a), 0);
 	/* Touching on either side is no overlap. */
-	CU_ASSERT_EQUAL(at_insert(at, 0x0f000, 0x1000, AT_API_CUDA_MALLOC, FP_B, NULL), AT_OK);
-	CU_ASSERT_EQUAL(at_insert(at, 0x11000, 0x1000, AT_API_CUDA_MALLOC, FP_B, NULL), AT_OK);
+	CU_ASSERT_EQUAL(at_insert(at, 0x0f000, 0x1000, ALLOC_API_CUDA_MALLOC, FP_B, NULL), AT_OK);
+	CU_ASSERT_EQUAL(at_insert(at, 0x11000, 0x1000, ALLOC_API_CUDA_MALLOC, FP_B, NULL), AT_OK);
 	CU_ASSERT_EQUAL(at_count(at), 3);
 }
 
@@ -189,7 +189,7 @@ static void test_unknown_free(void)
 {
 	clear();
 	CU_ASSERT_EQUAL(at_remove(at, 0x10000, NULL), AT_ENOENT);
-	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0x10000, 0x1000, AT_API_CUDA_MALLOC, FP_A, NULL), AT_OK);
+	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0x10000, 0x1000, ALLOC_API_CUDA_MALLOC, FP_A, NULL), AT_OK);
 	CU_ASSERT_EQUAL(at_remove(at, 0x10001, NULL), AT_ENOENT);      /* interior */
 	CU_ASSERT_EQUAL(at_remove(at, 0x0ffff, NULL), AT_ENOENT);
 	CU_ASSERT_EQUAL(at_remove(at, 0x11000, NULL), AT_ENOENT);
@@ -203,8 +203,8 @@ static void test_bad_api(void)
 {
 	clear();
 	CU_ASSERT_EQUAL(at_insert(at, 0x10000, 0x1000, 0, FP_A, NULL), AT_EINVAL);
-	CU_ASSERT_EQUAL(at_insert(at, 0x10000, 0x1000, AT_API_VMM, FP_A, NULL), AT_EINVAL);
-	CU_ASSERT_EQUAL(at_insert(at, 0x10000, 0x1000, AT_API_COUNT, FP_A, NULL), AT_EINVAL);
+	CU_ASSERT_EQUAL(at_insert(at, 0x10000, 0x1000, ALLOC_API_VMM, FP_A, NULL), AT_EINVAL);
+	CU_ASSERT_EQUAL(at_insert(at, 0x10000, 0x1000, ALLOC_API_COUNT, FP_A, NULL), AT_EINVAL);
 	CU_ASSERT_EQUAL(at_count(at), 0);
 }
 
@@ -215,13 +215,13 @@ static void test_full(void)
 
 	CU_ASSERT_PTR_NOT_NULL_FATAL(t);
 	for (uint64_t i = 0; i < 3; i++)
-		CU_ASSERT_EQUAL(at_insert(t, (i + 1) * MiB, MiB, AT_API_CUDA_MALLOC, FP_A, NULL), AT_OK);
-	CU_ASSERT_EQUAL(at_insert(t, 8 * MiB, MiB, AT_API_CUDA_MALLOC, FP_A, NULL), AT_EFULL);
+		CU_ASSERT_EQUAL(at_insert(t, (i + 1) * MiB, MiB, ALLOC_API_CUDA_MALLOC, FP_A, NULL), AT_OK);
+	CU_ASSERT_EQUAL(at_insert(t, 8 * MiB, MiB, ALLOC_API_CUDA_MALLOC, FP_A, NULL), AT_EFULL);
 	CU_ASSERT_EQUAL(at_map(t, 8 * MiB, MiB, 1, FP_A, NULL), AT_EFULL);
 	CU_ASSERT_EQUAL(at_count(t), 3);
 	CU_ASSERT_EQUAL(at_find(t, 8 * MiB, NULL), AT_ENOENT);
 	CU_ASSERT_EQUAL(at_remove(t, 2 * MiB, NULL), AT_OK);
-	CU_ASSERT_EQUAL(at_insert(t, 8 * MiB, MiB, AT_API_CUDA_MALLOC, FP_A, &a), AT_OK);
+	CU_ASSERT_EQUAL(at_insert(t, 8 * MiB, MiB, ALLOC_API_CUDA_MALLOC, FP_A, &a), AT_OK);
 	CU_ASSERT_EQUAL(a.ordinal, 1);  /* the hole #1 left */
 	CU_ASSERT_EQUAL(at_find(t, 8 * MiB + 5, NULL), AT_OK);
 	CU_ASSERT_EQUAL(at_find(t, 1 * MiB, NULL), AT_OK);
@@ -235,7 +235,7 @@ static int64_t ord_at(uint64_t k, uint64_t size, uint64_t fp)
 {
 	struct alloc_info a;
 
-	if (at_insert(at, k * 64 * MiB, size, AT_API_CUDA_MALLOC, fp, &a) != AT_OK)
+	if (at_insert(at, k * 64 * MiB, size, ALLOC_API_CUDA_MALLOC, fp, &a) != AT_OK)
 		return -1;
 	return a.ordinal;
 }
@@ -280,14 +280,14 @@ static void test_ordinals_two_runs(void)
 	for (int run = 0; run < 2; run++) {
 		clear();
 		va = (uint64_t)(run + 1) << 40;         /* ASLR: other addresses */
-		CU_ASSERT_EQUAL(at_insert(at, va, 32 * MiB, AT_API_CUDA_MALLOC, FP_A, NULL), AT_OK);
+		CU_ASSERT_EQUAL(at_insert(at, va, 32 * MiB, ALLOC_API_CUDA_MALLOC, FP_A, NULL), AT_OK);
 		for (int i = 0; i < 2 * run; i++) {
-			CU_ASSERT_EQUAL(at_insert(at, va + gib, 32 * MiB, AT_API_CUDA_MALLOC, FP_A, NULL), AT_OK);
-			CU_ASSERT_EQUAL(at_insert(at, va + 2 * gib, 32 * MiB, AT_API_CUDA_MALLOC, FP_A, NULL), AT_OK);
+			CU_ASSERT_EQUAL(at_insert(at, va + gib, 32 * MiB, ALLOC_API_CUDA_MALLOC, FP_A, NULL), AT_OK);
+			CU_ASSERT_EQUAL(at_insert(at, va + 2 * gib, 32 * MiB, ALLOC_API_CUDA_MALLOC, FP_A, NULL), AT_OK);
 			CU_ASSERT_EQUAL(at_remove(at, va + 2 * gib, NULL), AT_OK);
 			CU_ASSERT_EQUAL(at_remove(at, va + gib, NULL), AT_OK);
 		}
-		CU_ASSERT_EQUAL(at_insert(at, va + 3 * gib, 32 * MiB, AT_API_CUDA_MALLOC, FP_A,
+		CU_ASSERT_EQUAL(at_insert(at, va + 3 * gib, 32 * MiB, ALLOC_API_CUDA_MALLOC, FP_A,
 					  &pool[run]), AT_OK);
 	}
 	CU_ASSERT_EQUAL(pool[0].ordinal, 1);
@@ -304,7 +304,7 @@ static void test_iteration_order(void)
 
 	clear();
 	for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
-		CU_ASSERT_EQUAL(at_insert(at, order[i] * MiB, order[i] * 0x1000, AT_API_CU_MEM_ALLOC,
+		CU_ASSERT_EQUAL(at_insert(at, order[i] * MiB, order[i] * 0x1000, ALLOC_API_CU_MEM_ALLOC,
 					  order[i], NULL), AT_OK);
 	CU_ASSERT_EQUAL(at_remove(at, 4 * MiB, NULL), AT_OK);
 	for (a.base = 0, a.size = 0; at_next(at, a.base + a.size, &a) == 0; n++) {
@@ -330,26 +330,26 @@ static void test_roles(void)
 	struct alloc_info a, b;
 
 	clear();
-	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0x100000, 0x1000, AT_API_CUDA_MALLOC, FP_A, &a), AT_OK);
-	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0x200000, 0x1000, AT_API_CUDA_MALLOC, FP_A, &b), AT_OK);
-	CU_ASSERT_EQUAL(at_set_role(at, b.alloc_id, AT_ROLE_KV_POOL), AT_OK);
+	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0x100000, 0x1000, ALLOC_API_CUDA_MALLOC, FP_A, &a), AT_OK);
+	CU_ASSERT_EQUAL_FATAL(at_insert(at, 0x200000, 0x1000, ALLOC_API_CUDA_MALLOC, FP_A, &b), AT_OK);
+	CU_ASSERT_EQUAL(at_set_role(at, b.alloc_id, ALLOC_ROLE_KV_POOL), AT_OK);
 	CU_ASSERT_EQUAL(at_find(at, 0x200800, &b), AT_OK);
-	CU_ASSERT_EQUAL(b.role, AT_ROLE_KV_POOL);
+	CU_ASSERT_EQUAL(b.role, ALLOC_ROLE_KV_POOL);
 	CU_ASSERT_EQUAL(at_find(at, 0x100800, &a), AT_OK);
-	CU_ASSERT_EQUAL(a.role, AT_ROLE_OTHER);
+	CU_ASSERT_EQUAL(a.role, ALLOC_ROLE_OTHER);
 	/* Other writes keep it. */
-	CU_ASSERT_EQUAL(at_insert(at, 0x150000, 0x1000, AT_API_CUDA_MALLOC, FP_A, NULL), AT_OK);
+	CU_ASSERT_EQUAL(at_insert(at, 0x150000, 0x1000, ALLOC_API_CUDA_MALLOC, FP_A, NULL), AT_OK);
 	CU_ASSERT_EQUAL(at_remove(at, 0x100000, NULL), AT_OK);
 	CU_ASSERT_EQUAL(at_find(at, 0x200000, &b), AT_OK);
-	CU_ASSERT_EQUAL(b.role, AT_ROLE_KV_POOL);
-	CU_ASSERT_EQUAL(at_set_role(at, b.alloc_id, AT_ROLE_COUNT), AT_EINVAL);
-	CU_ASSERT_EQUAL(at_set_role(at, a.alloc_id, AT_ROLE_WEIGHTS), AT_ENOENT);  /* freed */
-	CU_ASSERT_EQUAL(at_set_role(at, 12345, AT_ROLE_WEIGHTS), AT_ENOENT);
+	CU_ASSERT_EQUAL(b.role, ALLOC_ROLE_KV_POOL);
+	CU_ASSERT_EQUAL(at_set_role(at, b.alloc_id, ALLOC_ROLE_COUNT), AT_EINVAL);
+	CU_ASSERT_EQUAL(at_set_role(at, a.alloc_id, ALLOC_ROLE_WEIGHTS), AT_ENOENT);  /* freed */
+	CU_ASSERT_EQUAL(at_set_role(at, 12345, ALLOC_ROLE_WEIGHTS), AT_ENOENT);
 	CU_ASSERT_EQUAL(at_remove(at, 0x200000, &b), AT_OK);
-	CU_ASSERT_EQUAL(b.role, AT_ROLE_KV_POOL);
+	CU_ASSERT_EQUAL(b.role, ALLOC_ROLE_KV_POOL);
 	/* A new allocation at the same place starts as OTHER again. */
-	CU_ASSERT_EQUAL(at_insert(at, 0x200000, 0x1000, AT_API_CUDA_MALLOC, FP_A, &b), AT_OK);
-	CU_ASSERT_EQUAL(b.role, AT_ROLE_OTHER);
+	CU_ASSERT_EQUAL(at_insert(at, 0x200000, 0x1000, ALLOC_API_CUDA_MALLOC, FP_A, &b), AT_OK);
+	CU_ASSERT_EQUAL(b.role, ALLOC_ROLE_OTHER);
 }
 
 /* An expandable segment: one reserved range, 2 MiB handles mapped in turn. */
@@ -362,12 +362,12 @@ static void test_vmm(void)
 	clear();
 	for (uint64_t i = 0; i < 4; i++) {
 		CU_ASSERT_EQUAL(at_map(at, va + i * chunk, chunk, 0x100 + i, FP_A, &a), AT_OK);
-		CU_ASSERT_EQUAL(a.api, AT_API_VMM);
+		CU_ASSERT_EQUAL(a.api, ALLOC_API_VMM);
 		CU_ASSERT_EQUAL(a.handle, 0x100 + i);
 		CU_ASSERT_EQUAL(a.ordinal, i);
 	}
 	/* A cudaMalloc right after the range, as if the driver put it there. */
-	CU_ASSERT_EQUAL(at_insert(at, va + 4 * chunk, chunk, AT_API_CUDA_MALLOC, FP_A, NULL), AT_OK);
+	CU_ASSERT_EQUAL(at_insert(at, va + 4 * chunk, chunk, ALLOC_API_CUDA_MALLOC, FP_A, NULL), AT_OK);
 	CU_ASSERT_EQUAL(at_find(at, va + 2 * chunk + 17, &a), AT_OK);
 	CU_ASSERT_EQUAL(a.handle, 0x102);
 	CU_ASSERT_EQUAL(at_map(at, va + chunk + MiB, chunk, 9, FP_A, NULL), AT_EOVERLAP);
@@ -388,13 +388,13 @@ static void test_vmm(void)
 	 * mappings come out in address order and the cudaMalloc stays. */
 	while (at_unmap(at, va, 5 * chunk, &a) == AT_OK) {
 		CU_ASSERT_EQUAL(a.base, va + n * chunk);
-		CU_ASSERT_EQUAL(a.api, AT_API_VMM);
+		CU_ASSERT_EQUAL(a.api, ALLOC_API_VMM);
 		n++;
 	}
 	CU_ASSERT_EQUAL(n, 4);
 	CU_ASSERT_EQUAL(at_count(at), 1);
 	CU_ASSERT_EQUAL(at_find(at, va + 4 * chunk, &a), AT_OK);
-	CU_ASSERT_EQUAL(a.api, AT_API_CUDA_MALLOC);
+	CU_ASSERT_EQUAL(a.api, ALLOC_API_CUDA_MALLOC);
 	CU_ASSERT_EQUAL(at_unmap(at, va, 0, &a), AT_EINVAL);
 	CU_ASSERT_EQUAL(at_unmap(at, UINT64_MAX, 2, &a), AT_EINVAL);
 }
@@ -407,10 +407,10 @@ static void test_record(void)
 
 	clear();
 	CU_ASSERT_EQUAL_FATAL(at_insert(at, UINT64_C(0x7f1234560000), 5 * MiB,
-					AT_API_CU_MEM_ALLOC_ASYNC, UINT64_C(0x0123456789abcdef), NULL), AT_OK);
+					ALLOC_API_CU_MEM_ALLOC_ASYNC, UINT64_C(0x0123456789abcdef), NULL), AT_OK);
 	CU_ASSERT_EQUAL_FATAL(at_insert(at, UINT64_C(0x7f1234a60000), 5 * MiB,
-					AT_API_CU_MEM_ALLOC_ASYNC, UINT64_C(0x0123456789abcdef), &a), AT_OK);
-	CU_ASSERT_EQUAL_FATAL(at_set_role(at, a.alloc_id, AT_ROLE_KV_POOL), AT_OK);
+					ALLOC_API_CU_MEM_ALLOC_ASYNC, UINT64_C(0x0123456789abcdef), &a), AT_OK);
+	CU_ASSERT_EQUAL_FATAL(at_set_role(at, a.alloc_id, ALLOC_ROLE_KV_POOL), AT_OK);
 	CU_ASSERT_EQUAL_FATAL(at_find(at, a.base, &a), AT_OK);
 	at_to_record(&a, &r);
 	rec_alloc_encode(buf, &r);
@@ -420,8 +420,8 @@ static void test_record(void)
 	CU_ASSERT_EQUAL(d.size, 5 * MiB);
 	CU_ASSERT_EQUAL(d.fingerprint, UINT64_C(0x0123456789abcdef));
 	CU_ASSERT_EQUAL(d.ordinal, 1);
-	CU_ASSERT_EQUAL(d.api, AT_API_CU_MEM_ALLOC_ASYNC);
-	CU_ASSERT_EQUAL(d.role, AT_ROLE_KV_POOL);
+	CU_ASSERT_EQUAL(d.api, ALLOC_API_CU_MEM_ALLOC_ASYNC);
+	CU_ASSERT_EQUAL(d.role, ALLOC_ROLE_KV_POOL);
 }
 
 static void test_strerror(void)
@@ -514,7 +514,7 @@ static void *stress_thread(void *arg)
 		} else {
 			if (at_find(w->t, stress_base(w->id, k), NULL) != AT_ENOENT)
 				w->errors++;
-			if (at_insert(w->t, stress_base(w->id, k), stress_size(k), AT_API_CUDA_MALLOC,
+			if (at_insert(w->t, stress_base(w->id, k), stress_size(k), ALLOC_API_CUDA_MALLOC,
 				      stress_fp(w->id, k), &a) != AT_OK ||
 			    a.ordinal != model_ordinal(w, k)) {
 				w->errors++;
