@@ -375,6 +375,7 @@ static void scan_tail(struct wal_reader *r, struct cursor *c)
 		pos += s.size;
 		lsn++;
 	}
+	r->rec.tail_end_pos = pos;
 	snprintf(r->rec.tail_stop, sizeof r->rec.tail_stop, "LSN %llu at offset %llu: %s",
 		 (unsigned long long)lsn, (unsigned long long)medium_offset(r, pos), why);
 }

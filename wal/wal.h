@@ -180,7 +180,8 @@ struct wal_recovery {
 	uint64_t rec_count[16], rec_bytes[16]; /* per type; index 0 = types >= 16 */
 	/* Uncommitted tail: dropped, reported, never an error. */
 	uint64_t tail_records, tail_bytes;
-	char tail_stop[96];        /* why the scan of the tail stopped */
+	uint64_t tail_end_pos;     /* logical: where the scan of the tail stopped */
+	char tail_stop[96];        /* why it stopped there */
 	/* Damage inside the committed part (capped list, full count). */
 	uint64_t damage_count;
 	struct wal_damage damage[16];

@@ -188,7 +188,7 @@ static int resume(struct wal *w, const char *path, int may_format, struct wal_er
 	if (rec->tail_records) {
 		wal_logf(WAL_LOG_INFO, "%s: dropping an uncommitted tail of %llu records", path,
 			 (unsigned long long)rec->tail_records);
-		erase_backwards(w, rec->head_pos, rec->tail_bytes);
+		erase_backwards(w, rec->head_pos, rec->tail_end_pos - rec->head_pos);
 	}
 	w->ckpt = (struct ckpt){ .gen = rec->ckpt_gen, .tail_pos = rec->tail_pos,
 				 .tail_lsn = rec->tail_lsn, .tail_window = rec->tail_window };

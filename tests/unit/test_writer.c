@@ -735,6 +735,48 @@ static void test_uncommitted_dropped(void)
 	unlink(path);
 }
 
+/* The dropped tail reuses LSNs and window ids of the next epoch: the new
+ * writer zeroes it, so no resync after damage can mistake it for its own. */
+static void test_dropped_tail_erased(void)
+{
+	const struct wal_recovery *rv;
+	uint64_t head, end, i;
+	uint8_t buf[64], *img;
+	struct wal_reader *r;
+	struct wal *w;
+	char path[256];
+	size_t len;
+
+	w = open_log(test_path(path, sizeof path, "erase"), MiB, WAL_OPEN_CREATE);
+	CU_ASSERT_FATAL(w != NULL);
+	append(w, WAL_REC_USER, buf, mark(buf, 40, 1, 0, 0));
+	commit(w, NULL, 0);
+	for (i = 0; i < 4; i++)
+		append(w, WAL_REC_USER, buf, mark(buf, 24, 1, 1, (uint32_t)i));
+	wal_close(w);
+
+	r = read_log(path);
+	CU_ASSERT_FATAL(r != NULL);
+	rv = wal_reader_recovery(r);
+	head = rv->head_pos;
+	end = rv->tail_end_pos;
+	CU_ASSERT_EQUAL(rv->tail_records, 4);
+	CU_ASSERT_EQUAL(end - head, 4 * rec_size(24));
+	wal_reader_close(r);
+
+	w = open_log(path, 0, 0); /* writes only its EPOCH record at head */
+	CU_ASSERT_FATAL(w != NULL);
+	wal_close(w);
+	img = test_slurp(path, &len);
+	CU_ASSERT_FATAL(img != NULL);
+	for (i = head + rec_size(EPOCH_PAYLOAD_SIZE); i < end; i++)
+		if (img[WAL_DATA_OFF + i] != 0)
+			break;
+	CU_ASSERT_EQUAL(i, end);
+	free(img);
+	unlink(path);
+}
+
 /* ---- open errors -------------------------------------------------------- */
 
 static void test_second_writer_busy(void)
@@ -1058,6 +1100,7 @@ static CU_TestInfo writer_tests[] = {
 	{ "checkpoint moves the tail, durably", test_checkpoint },
 	{ "stats", test_stats },
 	{ "uncommitted records dropped, LSNs reused", test_uncommitted_dropped },
+	{ "dropped tail erased by the next writer", test_dropped_tail_erased },
 	CU_TEST_INFO_NULL
 };
 
