@@ -9,8 +9,9 @@
  * allocation state survives a crash.  Routing and KV capture come with the
  * capture kernels; until then a rule hit is only counted, and windows do
  * not follow MOEFT_WINDOW decode steps (their step counters are zero).
- * The log is never checkpointed: older windows hold the ALLOC records of
- * allocations that are still live, and restore needs them.
+ * Restore needs the ALLOC records of every live allocation, but a full log
+ * reclaims its oldest windows: re-logging the live table before space is
+ * reclaimed comes with restore.
  */
 #include <errno.h>
 #include <pthread.h>
