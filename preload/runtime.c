@@ -6,26 +6,29 @@
  * What this round logs, and what it does not yet: every allocation event
  * (ALLOC/FREE records, VMM mappings included) is committed at once as a
  * window of its own, so the log is valid and inspectable and the
- * allocation state survives a crash.  Routing and KV capture come with the
- * capture kernels; until then a rule hit is only counted, and windows do
- * not follow MOEFT_WINDOW decode steps (their step counters are zero).
+ * allocation state survives a crash.  Routing is captured (see "capture"
+ * below); KV capture comes next, and windows do not follow MOEFT_WINDOW
+ * decode steps yet (their step counters are zero).
  * Restore needs the ALLOC records of every live allocation, but a full log
  * reclaims its oldest windows: re-logging the live table before space is
  * reclaimed comes with restore.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "alloc_table.h"
 #include "config.h"
 #include "kernel_id.h"
 #include "record.h"
+#include "ring.h"
 #include "runtime.h"
 #include "wal.h"
 
@@ -44,12 +47,14 @@ enum once {
 	ONCE_COMMIT,
 	ONCE_KID_FULL,
 	ONCE_MATCH_FULL,
+	ONCE_CAPTURE,
 	ONCE_COUNT
 };
 
 struct counters {
 	atomic_ullong allocs, frees, graph_launches, capture_begin, capture_end;
 	atomic_ullong windows;
+	atomic_ullong cap_entries, cap_ids, cap_gaps;
 };
 
 /*
@@ -286,7 +291,7 @@ static void append(unsigned type, const void *payload, uint32_t len)
 	if (r < 0) {
 		if (first_time(ONCE_APPEND))
 			rt_log(WAL_LOG_ERROR, "cannot append to the log: %s; "
-			       "allocation records are being dropped", wal_strerror((int)r));
+			       "records are being dropped", wal_strerror((int)r));
 		return;
 	}
 	rt.pending++;
@@ -318,8 +323,8 @@ static void log_begin(void)
 	pthread_mutex_lock(&rt.log_lock);
 }
 
-/* Commit what this event appended as one window (see the file comment). */
-static void log_end(void)
+/* Commit what was appended as one window; log_lock held. */
+static void commit(void)
 {
 	uint8_t extra[WINDOW_STEPS_SIZE];
 	struct rec_window_steps steps = { 0, 0, 0 };
@@ -334,6 +339,12 @@ static void log_end(void)
 			rt_log(WAL_LOG_ERROR, "cannot commit to the log: %s", wal_strerror(r));
 		rt.pending = 0;
 	}
+}
+
+/* An allocation event is a window of its own (see the file comment). */
+static void log_end(void)
+{
+	commit();
 	pthread_mutex_unlock(&rt.log_lock);
 }
 
@@ -424,6 +435,192 @@ void rt_unmap(uint64_t va, uint64_t size)
 	log_end();
 }
 
+/* ---- capture ------------------------------------------------------------- */
+
+/*
+ * Routing capture (DESIGN.md, "Capture without synchronizing").  After a
+ * launch that a routing rule hit, moeft_capture_append is enqueued on the
+ * launch's stream: the GPU appends the ids to a ring in pinned, mapped host
+ * memory, and a consumer thread drains it into the log.  Nothing waits for
+ * the GPU, and inside a stream capture the append is recorded into the
+ * graph like any launch, so it replays with it.
+ *
+ * The device side opens at the first hit, not at start: only then is a
+ * context sure to be current (start runs before the application's first
+ * CUDA call reaches the driver).  The consumer thread starts with it.
+ *
+ * This round each entry becomes one ROUTING record: step is the append's
+ * sequence number, layer CAP_LAYER_UNKNOWN; a window is committed every
+ * CAP_WINDOW_ENTRIES entries and at exit.  Decode steps, layers and
+ * MOEFT_WINDOW come next round.  A graph's appends carry the sequence
+ * numbers of its capture on every replay: the log's order (per stream, the
+ * order of execution) is what places them.
+ */
+
+/* 4 MiB of ring: ~500 appends of 256 tokens x top-8, several decode steps
+ * of a large model between two polls.  Full means drops (counted as gaps),
+ * never waiting. */
+#define CAP_RING_BYTES (UINT64_C(4) << 20)
+#define CAP_POLL_NS 1000000L
+#define CAP_WINDOW_ENTRIES 64
+#define CAP_LAYER_UNKNOWN UINT32_MAX
+
+/* An entry's tag: rule index, experts when the rule gives them (else 0),
+ * and a 32-bit id of the stream. */
+#define CAP_TAG(rule, experts, stream) \
+	((uint64_t)(rule) << 48 | (uint64_t)(experts) << 32 | (stream))
+#define CAP_TAG_EXPERTS(tag) ((uint32_t)((tag) >> 32) & 0xffff)
+
+_Static_assert((int)RULE_I32 == (int)CAP_DT_I32 && (int)RULE_U32 == (int)CAP_DT_U32 &&
+	       (int)RULE_I64 == (int)CAP_DT_I64, "rule and capture element types agree");
+
+static struct {
+	pthread_once_t once;
+	atomic_int on;           /* open and not failed */
+	uint64_t dev;            /* the device's address of the ring */
+	struct ring ring;        /* the consumer thread's, then the exit's */
+	uint8_t *rec;            /* a ROUTING record being built */
+	pthread_t thread;
+	atomic_bool stop;
+	atomic_ullong seq;       /* appends enqueued */
+} cap = { .once = PTHREAD_ONCE_INIT };
+
+static void capture_off(const char *why)
+{
+	atomic_store_explicit(&cap.on, 0, memory_order_relaxed);
+	if (first_time(ONCE_CAPTURE))
+		rt_log(WAL_LOG_ERROR, "routing capture: %s; capture stopped, forwarding goes on",
+		       why);
+}
+
+/* One entry, one ROUTING record (ring_fn; the consumer's thread). */
+static void log_entry(void *arg, const struct cap_entry *e, const void *payload, size_t len)
+{
+	struct rec_routing r = {
+		.step = e->step, .layer = CAP_LAYER_UNKNOWN, .tokens = e->rows,
+		.k = (uint16_t)e->k, .id_bytes = 4, .experts = CAP_TAG_EXPERTS(e->tag),
+	};
+	const int32_t *ids = payload;
+	size_t i;
+
+	if (e->k > UINT16_MAX) {
+		atomic_fetch_add_explicit(&rt.n.cap_gaps, 1, memory_order_relaxed);
+		return;
+	}
+	/* Without the rule's count, the ids say at least this many (ids that
+	 * did not fit int32 read as CAP_ID_INVALID, i.e. 0xffffffff). */
+	for (i = 0; !r.experts && i < len / 4; i++)
+		if (ids[i] >= 0 && (uint32_t)ids[i] + 1 > r.experts)
+			r.experts = (uint32_t)ids[i] + 1;
+	rec_routing_encode(cap.rec, &r);
+	/* The ring holds native int32, the log little-endian: both are the
+	 * hosts CUDA runs on. */
+	memcpy(cap.rec + ROUTING_HDR_SIZE, payload, len);
+	log_begin();
+	append(WAL_REC_ROUTING, cap.rec, (uint32_t)(ROUTING_HDR_SIZE + len));
+	if (rt.pending >= CAP_WINDOW_ENTRIES)
+		commit();
+	pthread_mutex_unlock(&rt.log_lock);
+	atomic_fetch_add_explicit(&rt.n.cap_entries, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&rt.n.cap_ids, len / 4, memory_order_relaxed);
+}
+
+/* Deliver what is published: 0, or -1 when the ring is damaged. */
+static int drain(void)
+{
+	struct ring_gap gap;
+	long n = ring_poll(&cap.ring, log_entry, NULL, &gap);
+
+	atomic_fetch_add_explicit(&rt.n.cap_gaps, gap.entries, memory_order_relaxed);
+	if (n >= 0)
+		return 0;
+	capture_off("the ring holds damage");
+	return -1;
+}
+
+static void *consumer(void *arg)
+{
+	const struct timespec poll = { 0, CAP_POLL_NS };
+
+	while (!atomic_load_explicit(&cap.stop, memory_order_acquire) && drain() == 0)
+		nanosleep(&poll, NULL);
+	return NULL;
+}
+
+/*
+ * At exit: stop the consumer, deliver what the GPU has published and commit
+ * it.  No device synchronisation: appends still queued behind unfinished
+ * work are lost, as they would be in a crash.  The ring stays mapped (the
+ * driver tears it down), since a GPU may still write into it.
+ */
+static void capture_close(void)
+{
+	if (atomic_load_explicit(&rt.state, memory_order_acquire) != RT_ACTIVE)
+		return;	/* a child of fork(): the thread is the parent's */
+	atomic_store_explicit(&cap.stop, 1, memory_order_release);
+	pthread_join(cap.thread, NULL);
+	if (atomic_load_explicit(&cap.on, memory_order_relaxed))
+		drain();
+	atomic_store_explicit(&cap.on, 0, memory_order_relaxed);
+	log_begin();
+	log_end();
+}
+
+static void capture_open(void)
+{
+	char why[256];
+	void *host;
+
+	if (rt_dev_open(ring_size(CAP_RING_BYTES), &host, &cap.dev, why, sizeof why) < 0) {
+		capture_off(why);
+		return;
+	}
+	ring_init(&cap.ring, host, ring_size(CAP_RING_BYTES));
+	if (!(cap.rec = malloc(ROUTING_HDR_SIZE + CAP_RING_BYTES / 2))) {
+		capture_off("out of memory");
+		return;
+	}
+	if ((errno = pthread_create(&cap.thread, NULL, consumer, NULL))) {
+		capture_off(strerror(errno));
+		return;
+	}
+	atexit(capture_close);
+	atomic_store_explicit(&cap.on, 1, memory_order_release);
+	rt_log(WAL_LOG_DEBUG, "routing capture: a ring of %" PRIu64 " bytes", CAP_RING_BYTES);
+}
+
+/* Enqueue the append of a routing hit on the launch's stream. */
+static void capture_routing(int rule, const struct rule_hit *h, void *stream)
+{
+	struct cap_append_args a;
+	uintptr_t s = (uintptr_t)stream;
+	char why[64];
+	int r;
+
+	pthread_once(&cap.once, capture_open);
+	if (!atomic_load_explicit(&cap.on, memory_order_acquire))
+		return;
+	/* What cannot be described to the kernel is a gap, like a full ring. */
+	if (h->rows > UINT32_MAX || h->k > UINT32_MAX || h->stride > UINT32_MAX) {
+		atomic_fetch_add_explicit(&rt.n.cap_gaps, 1, memory_order_relaxed);
+		return;
+	}
+	a.ring = (struct cap_ring *)(uintptr_t)cap.dev;
+	a.src = (const void *)(uintptr_t)h->ptr;
+	a.tag = CAP_TAG((unsigned)rule & 0xffff,
+			h->experts > 0 && h->experts <= 0xffff ? (unsigned)h->experts : 0,
+			(uint32_t)(s ^ s >> 32));
+	a.step = atomic_fetch_add_explicit(&cap.seq, 1, memory_order_relaxed);
+	a.rows = (uint32_t)h->rows;
+	a.k = (uint32_t)h->k;
+	a.stride = (uint32_t)h->stride;
+	a.dtype = (uint32_t)h->dtype;
+	if ((r = rt_dev_append(stream, &a)) != 0) {
+		snprintf(why, sizeof why, "cannot launch the append (CUresult %d)", r);
+		capture_off(why);
+	}
+}
+
 /* ---- launches ------------------------------------------------------------ */
 
 static const char *rule_label(int rule, char *buf, size_t len)
@@ -495,9 +692,11 @@ void rt_launch(const struct rt_launch *l)
 		return;
 	r = rule_eval(&rt.prof.rules[m->rule], l->args, m->sizes, m->nparams, l->grid,
 		      l->block, &hit);
-	if (r > 0)
+	if (r > 0) {
 		atomic_fetch_add_explicit(&rt.hits[m->rule], 1, memory_order_relaxed);
-	else if (r < 0 && !atomic_exchange(&m->off, 1))
+		if (hit.kind == RULE_ROUTING)
+			capture_routing(m->rule, &hit, l->stream);
+	} else if (r < 0 && !atomic_exchange(&m->off, 1))
 		rt_log(WAL_LOG_WARN, "rule %s does not fit kernel %s (it reads a parameter "
 		       "the kernel lacks or holds a bad value); no longer evaluated for it",
 		       rule_label(m->rule, label, sizeof label), m->name);
@@ -546,9 +745,10 @@ static void summary(void)
 		snprintf(rules + used, sizeof rules - used, ")");
 	rt_log(WAL_LOG_INFO, "summary: allocations=%llu frees=%llu live=%u windows=%llu "
 	       "launches=%llu graph_launches=%llu captures=%llu/%llu kernels=%u named=%u "
-	       "matched=%u rule_hits=%llu%s",
+	       "matched=%u rule_hits=%llu%s captured=%llu ids=%llu gaps=%llu",
 	       LD(rt.n.allocs), LD(rt.n.frees), at_count(rt.at), LD(rt.n.windows),
 	       launches(), LD(rt.n.graph_launches), LD(rt.n.capture_begin),
 	       LD(rt.n.capture_end), kid_count(rt.kid), kid_named(rt.kid),
-	       kid_matched(rt.kid), total, rules);
+	       kid_matched(rt.kid), total, rules, LD(rt.n.cap_entries), LD(rt.n.cap_ids),
+	       LD(rt.n.cap_gaps));
 }

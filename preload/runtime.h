@@ -12,8 +12,10 @@
 #ifndef MOEFT_RUNTIME_H
 #define MOEFT_RUNTIME_H
 
+#include <stddef.h>
 #include <stdint.h>
 
+#include "capture.h"
 #include "profile.h"
 
 /*
@@ -65,6 +67,8 @@ struct rt_launch {
 	const void *func;
 	unsigned grid[3], block[3];
 	void **args;              /* NULL when the launch passed none we can read */
+	void *stream;             /* the CUstream it ran on (per-thread default
+				     stream: CU_STREAM_PER_THREAD) */
 	rt_identify_fn identify;  /* called on the first launch of func only */
 };
 
@@ -76,5 +80,18 @@ void rt_launch(const struct rt_launch *l);
 /* A graph launch succeeded; a stream capture began or ended. */
 void rt_graph_launch(void);
 void rt_capture(int begin);
+
+/*
+ * The device side of capture, which the shim provides (shim/capture.c):
+ * real driver calls in the calling thread's current context.
+ *
+ * rt_dev_open loads moeft's kernels and allocates len bytes of pinned host
+ * memory mapped for the device: 0 with *host and *dev (the device's
+ * address of the same bytes), or -1 with one line in why.
+ * rt_dev_append enqueues moeft_capture_append(*a) on stream, one block,
+ * once rt_dev_open succeeded: 0, or the driver's error.
+ */
+int rt_dev_open(size_t len, void **host, uint64_t *dev, char *why, size_t whylen);
+int rt_dev_append(void *stream, const struct cap_append_args *a);
 
 #endif

@@ -116,11 +116,12 @@ static int identify(int kind, const void *func, struct rt_kernel_desc *d)
 /* ---- event handlers ------------------------------------------------------ */
 
 static void launched(const struct shim_call *c, int kind, const void *func, unsigned gx,
-		     unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **args)
+		     unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **args,
+		     void *stream)
 {
 	struct rt_launch l = {
 		.kind = kind, .func = func, .grid = { gx, gy, gz }, .block = { bx, by, bz },
-		.args = args, .identify = identify,
+		.args = args, .stream = stream, .identify = identify,
 	};
 
 	if (c->phase == SHIM_POST && c->status == 0)
@@ -128,6 +129,13 @@ static void launched(const struct shim_call *c, int kind, const void *func, unsi
 }
 
 #define OK_AFTER(c) ((c)->phase == SHIM_POST && (c)->status == 0)
+
+/* Stream 0 of a _ptsz entry point is the calling thread's default stream,
+ * which the driver names CU_STREAM_PER_THREAD (stream 0 is the legacy one). */
+static void *ptsz(void *stream)
+{
+	return stream ? stream : (void *)CU_STREAM_PER_THREAD;
+}
 
 static void ev_cudaMalloc(const struct shim_call *c, void **devPtr, size_t size)
 {
@@ -177,28 +185,52 @@ static void ev_cudaLaunchKernel(const struct shim_call *c, const void *func, dim
 				dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
 	launched(c, RT_FUNC_HOST, func, gridDim.x, gridDim.y, gridDim.z, blockDim.x, blockDim.y,
-		 blockDim.z, args);
+		 blockDim.z, args, stream);
 }
-#define ev_cudaLaunchKernel_ptsz ev_cudaLaunchKernel
+
+static void ev_cudaLaunchKernel_ptsz(const struct shim_call *c, const void *func, dim3 gridDim,
+				     dim3 blockDim, void **args, size_t sharedMem,
+				     cudaStream_t stream)
+{
+	ev_cudaLaunchKernel(c, func, gridDim, blockDim, args, sharedMem, ptsz(stream));
+}
 
 static void ev___cudaLaunchKernel(const struct shim_call *c, cudaKernel_t kernel, dim3 gridDim,
 				  dim3 blockDim, void **args, size_t sharedMem,
 				  cudaStream_t stream)
 {
 	launched(c, RT_FUNC_KERNEL, kernel, gridDim.x, gridDim.y, gridDim.z, blockDim.x,
-		 blockDim.y, blockDim.z, args);
+		 blockDim.y, blockDim.z, args, stream);
 }
-#define ev___cudaLaunchKernel_ptsz ev___cudaLaunchKernel
 
-static void ev_cudaLaunchKernelExC(const struct shim_call *c, const cudaLaunchConfig_t *config,
-				   const void *func, void **args)
+static void ev___cudaLaunchKernel_ptsz(const struct shim_call *c, cudaKernel_t kernel,
+				       dim3 gridDim, dim3 blockDim, void **args,
+				       size_t sharedMem, cudaStream_t stream)
+{
+	ev___cudaLaunchKernel(c, kernel, gridDim, blockDim, args, sharedMem, ptsz(stream));
+}
+
+static void launched_exc(const struct shim_call *c, const cudaLaunchConfig_t *config,
+			 const void *func, void **args, void *stream)
 {
 	if (config)
 		launched(c, RT_FUNC_HOST, func, config->gridDim.x, config->gridDim.y,
 			 config->gridDim.z, config->blockDim.x, config->blockDim.y,
-			 config->blockDim.z, args);
+			 config->blockDim.z, args, stream);
 }
-#define ev_cudaLaunchKernelExC_ptsz ev_cudaLaunchKernelExC
+
+static void ev_cudaLaunchKernelExC(const struct shim_call *c, const cudaLaunchConfig_t *config,
+				   const void *func, void **args)
+{
+	launched_exc(c, config, func, args, config ? config->stream : NULL);
+}
+
+static void ev_cudaLaunchKernelExC_ptsz(const struct shim_call *c,
+					const cudaLaunchConfig_t *config, const void *func,
+					void **args)
+{
+	launched_exc(c, config, func, args, ptsz(config ? config->stream : NULL));
+}
 
 static void ev_cudaGraphLaunch(const struct shim_call *c, cudaGraphExec_t graphExec,
 			       cudaStream_t stream)
@@ -279,19 +311,40 @@ static void ev_cuLaunchKernel(const struct shim_call *c, CUfunction f, unsigned 
 			      void **extra)
 {
 	launched(c, RT_FUNC_DRIVER, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
-		 blockDimZ, kernelParams);
+		 blockDimZ, kernelParams, hStream);
 }
-#define ev_cuLaunchKernel_ptsz ev_cuLaunchKernel
 
-static void ev_cuLaunchKernelEx(const struct shim_call *c, const CUlaunchConfig *config,
-				CUfunction f, void **kernelParams, void **extra)
+static void ev_cuLaunchKernel_ptsz(const struct shim_call *c, CUfunction f,
+				   unsigned int gridDimX, unsigned int gridDimY,
+				   unsigned int gridDimZ, unsigned int blockDimX,
+				   unsigned int blockDimY, unsigned int blockDimZ,
+				   unsigned int sharedMemBytes, CUstream hStream,
+				   void **kernelParams, void **extra)
+{
+	ev_cuLaunchKernel(c, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+			  sharedMemBytes, ptsz(hStream), kernelParams, extra);
+}
+
+static void launched_ex(const struct shim_call *c, const CUlaunchConfig *config, CUfunction f,
+			void **kernelParams, void *stream)
 {
 	if (config)
 		launched(c, RT_FUNC_DRIVER, f, config->gridDimX, config->gridDimY,
 			 config->gridDimZ, config->blockDimX, config->blockDimY,
-			 config->blockDimZ, kernelParams);
+			 config->blockDimZ, kernelParams, stream);
 }
-#define ev_cuLaunchKernelEx_ptsz ev_cuLaunchKernelEx
+
+static void ev_cuLaunchKernelEx(const struct shim_call *c, const CUlaunchConfig *config,
+				CUfunction f, void **kernelParams, void **extra)
+{
+	launched_ex(c, config, f, kernelParams, config ? config->hStream : NULL);
+}
+
+static void ev_cuLaunchKernelEx_ptsz(const struct shim_call *c, const CUlaunchConfig *config,
+				     CUfunction f, void **kernelParams, void **extra)
+{
+	launched_ex(c, config, f, kernelParams, ptsz(config ? config->hStream : NULL));
+}
 
 static void ev_cuGraphLaunch(const struct shim_call *c, CUgraphExec hGraphExec, CUstream hStream)
 {

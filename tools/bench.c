@@ -1,5 +1,6 @@
 /*
- * bench.c - moeft bench wal: the log's speed against memcpy.
+ * bench.c - moeft bench wal: the log's speed against memcpy; and the
+ * dispatch of 'moeft bench launch' (bench_launch.c).
  *
  * memcpy of the same bytes is the bound on any write path into memory, so
  * each figure comes with its memcpy twin from the same process and its
@@ -26,6 +27,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "bench_launch.h"
 #include "cli.h"
 #include "json.h"
 
@@ -342,7 +344,7 @@ static int run_all(struct bench *b, struct results *res, struct wal_error *err)
 
 /* ---- output ---------------------------------------------------------- */
 
-static void cpu_model(char *buf, size_t len)
+void bench_cpu_model(char *buf, size_t len)
 {
 	FILE *f = fopen("/proc/cpuinfo", "r");
 	char line[256];
@@ -451,6 +453,20 @@ static void print_json(const struct bench *b, const struct results *res, const c
 	json_obj_end(&j);
 }
 
+/* Whether the target is 'launch', whose options bench_launch.c parses:
+ * the first argument that is neither an option nor the value of one. */
+static int is_launch(int argc, char **argv)
+{
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+		if (!strcmp(argv[i], "-w") || !strcmp(argv[i], "--wal") ||
+		    !strcmp(argv[i], "-s") || !strcmp(argv[i], "--seconds"))
+			i++;
+		else if (argv[i][0] != '-')
+			return !strcmp(argv[i], "launch");
+	}
+	return 0;
+}
+
 static int bench(const struct cli_command *cmd, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -470,6 +486,8 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 	unsigned flags;
 	int c, ret;
 
+	if (is_launch(argc, argv))
+		return bench_launch(cmd, argc, argv);
 	cli_default_path(path, sizeof path, "bench");
 	while ((c = cli_getopt(&o, argc, argv, opts)) != -1) {
 		switch (c) {
@@ -485,9 +503,10 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 		}
 	}
 	if (optind == argc)
-		cli_usage_error(&o, "missing what to measure: 'wal'");
+		cli_usage_error(&o, "missing what to measure: 'wal' or 'launch'");
 	else if (strcmp(argv[optind], "wal"))
-		cli_usage_error(&o, "unknown benchmark '%s' (there is: wal)", argv[optind]);
+		cli_usage_error(&o, "unknown benchmark '%s' (there are: wal, launch)",
+				argv[optind]);
 	else if (optind + 1 < argc)
 		cli_usage_error(&o, "unexpected argument '%s'", argv[optind + 1]);
 	if ((ret = cli_parse_done(&o)))
@@ -518,7 +537,7 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 	if (ret < 0)
 		return cli_fail(cmd, o.json, EXIT_USAGE, "%s",
 				err.msg[0] ? err.msg : wal_strerror(ret));
-	cpu_model(cpu, sizeof cpu);
+	bench_cpu_model(cpu, sizeof cpu);
 	if (o.json)
 		print_json(&b, &res, cpu);
 	else
@@ -528,10 +547,13 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 
 const struct cli_command cmd_bench = {
 	.name = "bench",
-	.summary = "measure append, commit and recovery speed of a log against memcpy",
+	.summary = "measure the log against memcpy, or the interposer's cost per launch",
 	.usage =
 	"Usage: moeft bench wal [--wal PATH] [--seconds S] [--json]\n"
+	"       moeft bench launch [--launches N] [--steps N] [--preload PATH]\n"
+	"                          [--fixture DIR] [--json]\n"
 	"\n"
+	"wal:\n"
 	"Measure, on a fresh 256 MiB log that wraps many times: append+commit\n"
 	"throughput for 64 B, 4 KiB, 64 KiB and 1 MiB records against memcpy of\n"
 	"the same bytes (commits every 64 records or 1 MiB), 4 threads appending,\n"
@@ -544,6 +566,23 @@ const struct cli_command cmd_bench = {
 	"  -j, --json         print one JSON object instead of a table\n"
 	"  -h, --help         show this help\n"
 	"\n"
-	"Exit status: 0 done, 2 usage or I/O error.\n",
+	"launch:\n"
+	"Measure what libmoeft.so costs on the CPU fixture, each figure without\n"
+	"and with LD_PRELOAD in the same run, the two alternating: ns per\n"
+	"cudaLaunchKernel of a kernel no rule owns and of one a rule owns (best\n"
+	"of 5 runs), the wall time of the test serving program in eager and in\n"
+	"graph mode (best of 3), and, when valgrind is on PATH, the instructions\n"
+	"libmoeft.so adds to a no-rule launch (callgrind).  The pieces are found\n"
+	"in the build tree of this moeft: shim/libmoeft.so, tests/fixture,\n"
+	"tests/bench/launch_bench, tests/serve/serve.\n"
+	"\n"
+	"  -n, --launches N   launches per run, 1000 to 100000000 (default 100000;\n"
+	"                     callgrind counts at most 20000)\n"
+	"  -S, --steps N      decode steps of a serving run (default 512)\n"
+	"  -p, --preload PATH libmoeft.so to measure\n"
+	"  -f, --fixture DIR  directory of the fixture's libcudart.so.13, libcuda.so.1\n"
+	"  -j, --json         print one JSON object instead of a table\n"
+	"\n"
+	"Exit status: 0 done, 2 usage or I/O error, or a missing piece.\n",
 	.run = bench,
 };
