@@ -177,5 +177,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	printf("check_routing: %u records, all %zu launches matched\n", records, q[0].n + q[1].n);
+	free(q[0].l);
+	free(q[1].l);
+	free(pool);
 	return 0;
 }
