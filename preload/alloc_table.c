@@ -28,10 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define UNW_LOCAL_ONLY
-#include <libunwind.h>
 
 #include "alloc_table.h"
+#include "unwind.h"
 #include "record.h"
 
 #define LD(p) atomic_load_explicit((p), memory_order_relaxed)
@@ -617,7 +616,7 @@ uint64_t fingerprint_callsite(unsigned skip)
 	if (skip > FP_MAX_SKIP)
 		skip = FP_MAX_SKIP;
 	first = 1 + (int)skip;  /* ip[0] is in this function */
-	n = unw_backtrace(ip, first + (int)FP_FRAMES);
+	n = unwind_backtrace(ip, first + (int)FP_FRAMES);
 	if (n < first)
 		n = first;
 	raw = (uint64_t)(n - first);

@@ -1,38 +1,12 @@
 /*
- * kernel_id.c - the kernel decision cache: open addressing with linear
- * probing over (handle, value) slots.  See kernel_id.h.
- *
- * Publication: an insert writes a slot's value, then stores its key with
- * release order; a lookup loads the key with acquire order and reads the
- * value only after seeing its own key, so it never reads a value that is
- * not yet there.  Keys are never cleared, so a probe that meets an empty
- * slot has proved the handle absent at that moment.  The table is kept at
- * most half full, which bounds probe lengths and guarantees an empty slot.
+ * kernel_id.c - the kernel decision cache (kernel_id.h has the table's
+ * layout, its publication rule and the lookup).
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernel_id.h"
-
-/* value: 0 = no rule; n > 0 = matches[n - 1] */
-struct slot {
-	_Atomic uintptr_t key;
-	atomic_uint value;
-};
-
-struct kid_cache {
-	struct slot *slots;
-	uintptr_t mask;
-	unsigned shift;             /* 64 - slots_log2, for the hash */
-	unsigned max_count;         /* half the slots */
-	atomic_uint count;
-	atomic_uint named;
-	struct kid_match *matches;
-	unsigned max_match;
-	atomic_uint nmatch;
-	pthread_mutex_t lock;       /* serialises inserts only */
-};
 
 struct kid_cache *kid_create(unsigned slots_log2, unsigned max_match)
 {
@@ -67,37 +41,6 @@ void kid_destroy(struct kid_cache *k)
 	free(k);
 }
 
-/* Fibonacci hashing: handles are aligned addresses whose low bits are
- * mostly zero; the multiply spreads the high ones. */
-static uintptr_t home(const struct kid_cache *k, uintptr_t key)
-{
-	return (uintptr_t)(((uint64_t)key * UINT64_C(0x9E3779B97F4A7C15)) >> k->shift);
-}
-
-static int decode(const struct kid_cache *k, unsigned value, struct kid_match **m)
-{
-	if (value == 0)
-		return KID_NONE;
-	*m = &k->matches[value - 1];
-	return KID_MATCH;
-}
-
-int kid_lookup(const struct kid_cache *k, const void *handle, struct kid_match **m)
-{
-	uintptr_t key = (uintptr_t)handle, i, got;
-
-	if (key == 0)
-		return KID_UNKNOWN;
-	for (i = home(k, key);; i = (i + 1) & k->mask) {
-		got = atomic_load_explicit(&k->slots[i].key, memory_order_acquire);
-		if (got == key)
-			return decode(k, atomic_load_explicit(&k->slots[i].value,
-							      memory_order_relaxed), m);
-		if (got == 0)
-			return KID_UNKNOWN;
-	}
-}
-
 static void copy_name(char *dst, const char *src)
 {
 	size_t n = src ? strlen(src) : 0;
@@ -119,11 +62,11 @@ int kid_insert(struct kid_cache *k, const void *handle, const struct kid_desc *d
 	if (key == 0)
 		return KID_FULL;
 	pthread_mutex_lock(&k->lock);
-	for (i = home(k, key);; i = (i + 1) & k->mask) {
+	for (i = kid_home(k, key);; i = (i + 1) & k->mask) {
 		got = atomic_load_explicit(&k->slots[i].key, memory_order_relaxed);
 		if (got == key) {
-			rc = decode(k, atomic_load_explicit(&k->slots[i].value,
-							    memory_order_relaxed), m);
+			rc = kid_decode(k, atomic_load_explicit(&k->slots[i].value,
+								memory_order_relaxed), m);
 			goto out;
 		}
 		if (got == 0)
@@ -152,7 +95,7 @@ int kid_insert(struct kid_cache *k, const void *handle, const struct kid_desc *d
 	atomic_fetch_add_explicit(&k->count, 1, memory_order_relaxed);
 	if (d->name)
 		atomic_fetch_add_explicit(&k->named, 1, memory_order_relaxed);
-	rc = decode(k, value, m);
+	rc = kid_decode(k, value, m);
 out:
 	pthread_mutex_unlock(&k->lock);
 	return rc;

@@ -20,6 +20,7 @@
 #ifndef MOEFT_KERNEL_ID_H
 #define MOEFT_KERNEL_ID_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -54,7 +55,36 @@ enum kid_result {
 	KID_FULL = -1     /* kid_insert: no room, nothing stored */
 };
 
-struct kid_cache;
+/*
+ * The cache: open addressing with linear probing over (handle, value)
+ * slots, value 0 = no rule, n > 0 = matches[n - 1].  Its fields are
+ * kernel_id.c's; they are here only so that kid_lookup, the one call of
+ * every launch, can be inline.
+ *
+ * Publication: an insert writes a slot's value, then stores its key with
+ * release order; a lookup loads the key with acquire order and reads the
+ * value only after seeing its own key, so it never reads a value that is
+ * not yet there.  Keys are never cleared, so a probe that meets an empty
+ * slot has proved the handle absent at that moment.  The table is kept at
+ * most half full, which bounds probe lengths and guarantees an empty slot.
+ */
+struct kid_slot {
+	_Atomic uintptr_t key;      /* 0: empty */
+	atomic_uint value;
+};
+
+struct kid_cache {
+	struct kid_slot *slots;
+	uintptr_t mask;
+	unsigned shift;             /* 64 - slots_log2, for the hash */
+	struct kid_match *matches;
+	unsigned max_count;         /* half the slots */
+	atomic_uint count;
+	atomic_uint named;
+	unsigned max_match;
+	atomic_uint nmatch;
+	pthread_mutex_t lock;       /* serialises inserts only */
+};
 
 /* Room for 2^slots_log2 slots (6 .. 24), filled to at most half, and for
  * max_match kernels that a rule owns.  Everything is allocated here.
@@ -63,9 +93,38 @@ struct kid_cache *kid_create(unsigned slots_log2, unsigned max_match);
 /* No other call may be running or follow. */
 void kid_destroy(struct kid_cache *k);
 
+/* Fibonacci hashing: handles are aligned addresses whose low bits are
+ * mostly zero; the multiply spreads the high ones. */
+static inline uintptr_t kid_home(const struct kid_cache *k, uintptr_t key)
+{
+	return (uintptr_t)(((uint64_t)key * UINT64_C(0x9E3779B97F4A7C15)) >> k->shift);
+}
+
+/* A slot's value as a decision: KID_NONE, or KID_MATCH with *m set. */
+static inline int kid_decode(const struct kid_cache *k, unsigned value, struct kid_match **m)
+{
+	if (value == 0)
+		return KID_NONE;
+	*m = &k->matches[value - 1];
+	return KID_MATCH;
+}
+
 /* Lock-free: KID_UNKNOWN, KID_NONE, or KID_MATCH with *m set.  A NULL
- * handle is never known. */
-int kid_lookup(const struct kid_cache *k, const void *handle, struct kid_match **m);
+ * handle is never known: it stops at the first empty slot. */
+static inline int kid_lookup(const struct kid_cache *k, const void *handle,
+			     struct kid_match **m)
+{
+	uintptr_t key = (uintptr_t)handle, i, got;
+
+	for (i = kid_home(k, key);; i = (i + 1) & k->mask) {
+		got = atomic_load_explicit(&k->slots[i].key, memory_order_acquire);
+		if (got == 0)
+			return KID_UNKNOWN;
+		if (got == key)
+			return kid_decode(k, atomic_load_explicit(&k->slots[i].value,
+								  memory_order_relaxed), m);
+	}
+}
 
 /*
  * Record the decision for handle (d->rule < 0: no rule).  If another

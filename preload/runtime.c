@@ -26,6 +26,7 @@
 
 #include "alloc_table.h"
 #include "config.h"
+#include "crash.h"
 #include "kernel_id.h"
 #include "record.h"
 #include "ring.h"
@@ -33,8 +34,6 @@
 #include "wal.h"
 
 extern char **environ;
-
-enum { RT_UNINIT = 0, RT_ACTIVE = 1, RT_OFF = 2 };
 
 #define AT_MAX (1u << 16)        /* live device allocations tracked */
 #define KID_SLOTS_LOG2 16        /* 32768 distinct kernels */
@@ -60,8 +59,9 @@ struct counters {
 /*
  * Launches are counted without a locked instruction (one costs more than
  * the rest of an unmatched launch): each thread owns a slot that only it
- * writes, the summary adds them up.  Threads beyond the slots share the
- * last one through an atomic add.
+ * writes (rt_my_launches points at it; rt_launch_seen counts), the summary
+ * adds them up.  Threads beyond the slots share the last one through an
+ * atomic add.
  */
 #define LAUNCH_SLOTS 256
 
@@ -71,24 +71,22 @@ struct launch_slot {
 
 static struct launch_slot launch_slots[LAUNCH_SLOTS];
 static atomic_uint launch_slots_used;
-static _Thread_local unsigned my_slot __attribute__((tls_model("initial-exec")));
+_Thread_local atomic_ullong *rt_my_launches __attribute__((tls_model("initial-exec")));
 
-static void count_launch(void)
+/* A thread's first launch takes a slot if one is left; a thread beyond the
+ * slots comes here for each launch. */
+void rt_count_launch_slow(void)
 {
-	unsigned s = my_slot;
-	atomic_ullong *n;
+	unsigned s = atomic_load_explicit(&launch_slots_used, memory_order_relaxed);
 
-	if (!s)
-		s = my_slot = atomic_fetch_add_explicit(&launch_slots_used, 1,
-							memory_order_relaxed) + 1;
-	if (s >= LAUNCH_SLOTS) {
-		atomic_fetch_add_explicit(&launch_slots[LAUNCH_SLOTS - 1].n, 1,
-					  memory_order_relaxed);
+	if (s < LAUNCH_SLOTS - 1)
+		s = atomic_fetch_add_explicit(&launch_slots_used, 1, memory_order_relaxed);
+	if (s < LAUNCH_SLOTS - 1) {
+		rt_my_launches = &launch_slots[s].n;
+		atomic_store_explicit(rt_my_launches, 1, memory_order_relaxed);
 		return;
 	}
-	n = &launch_slots[s - 1].n;
-	atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,
-			      memory_order_relaxed);
+	atomic_fetch_add_explicit(&launch_slots[LAUNCH_SLOTS - 1].n, 1, memory_order_relaxed);
 }
 
 static unsigned long long launches(void)
@@ -101,8 +99,10 @@ static unsigned long long launches(void)
 	return sum;
 }
 
+atomic_int rt_state;
+struct kid_cache *rt_kids;
+
 static struct {
-	atomic_int state;
 	atomic_int log_level;
 	pthread_once_t once;
 	struct moeft_config cfg;
@@ -201,7 +201,7 @@ static void give_up(const char *fmt, ...)
  */
 static void after_fork_child(void)
 {
-	atomic_store_explicit(&rt.state, RT_OFF, memory_order_release);
+	atomic_store_explicit(&rt_state, RT_OFF, memory_order_release);
 	wal_close(rt.wal);
 	rt.wal = NULL;
 }
@@ -260,6 +260,7 @@ static int start(void)
 		return 0;
 	}
 	pthread_atfork(NULL, NULL, after_fork_child);
+	crash_install(rt.wal);
 	atexit(summary);
 	config_describe(&rt.cfg, desc, sizeof desc);
 	rt_log(WAL_LOG_INFO, "instrumenting (%u rules): %s", rt.prof.count, desc);
@@ -268,18 +269,16 @@ static int start(void)
 
 static void start_once(void)
 {
-	atomic_store_explicit(&rt.state, start() ? RT_ACTIVE : RT_OFF, memory_order_release);
+	int on = start();
+
+	rt_kids = rt.kid;	/* for launches, which the state lets in */
+	atomic_store_explicit(&rt_state, on ? RT_ACTIVE : RT_OFF, memory_order_release);
 }
 
-int rt_enabled(void)
+int rt_start(void)
 {
-	int s = atomic_load_explicit(&rt.state, memory_order_acquire);
-
-	if (s == RT_UNINIT) {
-		pthread_once(&rt.once, start_once);
-		s = atomic_load_explicit(&rt.state, memory_order_acquire);
-	}
-	return s == RT_ACTIVE;
+	pthread_once(&rt.once, start_once);
+	return atomic_load_explicit(&rt_state, memory_order_acquire) == RT_ACTIVE;
 }
 
 /* ---- allocations --------------------------------------------------------- */
@@ -555,7 +554,7 @@ static void *consumer(void *arg)
  */
 static void capture_close(void)
 {
-	if (atomic_load_explicit(&rt.state, memory_order_acquire) != RT_ACTIVE)
+	if (atomic_load_explicit(&rt_state, memory_order_acquire) != RT_ACTIVE)
 		return;	/* a child of fork(): the thread is the parent's */
 	atomic_store_explicit(&cap.stop, 1, memory_order_release);
 	pthread_join(cap.thread, NULL);
@@ -679,13 +678,11 @@ static int first_launch(const struct rt_launch *l, struct kid_match **m)
 
 void rt_launch(const struct rt_launch *l)
 {
-	struct kid_match *m = NULL;
+	struct kid_match *m = l->match;
 	struct rule_hit hit;
 	char label[64];
-	int r;
+	int r = l->cached;
 
-	count_launch();
-	r = kid_lookup(rt.kid, l->func, &m);
 	if (r == KID_UNKNOWN && l->func)
 		r = first_launch(l, &m);
 	if (r != KID_MATCH || !l->args || atomic_load_explicit(&m->off, memory_order_relaxed))
@@ -725,7 +722,7 @@ static void summary(void)
 	size_t used = 0;
 	unsigned i;
 
-	if (atomic_load_explicit(&rt.state, memory_order_acquire) != RT_ACTIVE ||
+	if (atomic_load_explicit(&rt_state, memory_order_acquire) != RT_ACTIVE ||
 	    atomic_load_explicit(&rt.log_level, memory_order_relaxed) < WAL_LOG_INFO)
 		return;
 	rules[0] = '\0';

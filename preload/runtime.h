@@ -12,11 +12,32 @@
 #ifndef MOEFT_RUNTIME_H
 #define MOEFT_RUNTIME_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "capture.h"
+#include "kernel_id.h"
 #include "profile.h"
+
+/* What the inline functions below read, owned by runtime.c: hidden, so
+ * that the shim reaches them without an indirection. */
+#define RT_HIDDEN __attribute__((visibility("hidden")))
+
+enum { RT_UNINIT = 0, RT_ACTIVE = 1, RT_OFF = 2 };
+
+extern atomic_int rt_state RT_HIDDEN;
+/* The kernel decision cache; set before rt_state first becomes RT_ACTIVE. */
+extern struct kid_cache *rt_kids RT_HIDDEN;
+/* This thread's launch counter, which only it writes; NULL until its first
+ * launch, and for good in threads beyond the counters (they share one). */
+extern _Thread_local atomic_ullong *rt_my_launches RT_HIDDEN
+	__attribute__((tls_model("initial-exec")));
+
+/* The slow paths of the inline functions below: rt_enabled's first call
+ * (it initialises), a launch by a thread without a counter of its own. */
+int rt_start(void);
+void rt_count_launch_slow(void);
 
 /*
  * Whether events should be sent.  The first call initialises the policy:
@@ -27,7 +48,12 @@
  * never uses CUDA never initialises anything.  Thread-safe; concurrent
  * first calls wait for one initialisation.  0 after fork() in the child.
  */
-int rt_enabled(void);
+static inline int rt_enabled(void)
+{
+	int s = atomic_load_explicit(&rt_state, memory_order_acquire);
+
+	return s == RT_UNINIT ? rt_start() : s == RT_ACTIVE;
+}
 
 /* One line "moeft: ..." on stderr when level (enum wal_log_level) is at or
  * below MOEFT_LOG (warn until the configuration is read). */
@@ -70,11 +96,31 @@ struct rt_launch {
 	void *stream;             /* the CUstream it ran on (per-thread default
 				     stream: CU_STREAM_PER_THREAD) */
 	rt_identify_fn identify;  /* called on the first launch of func only */
+	int cached;               /* what rt_launch_seen returned, */
+	struct kid_match *match;  /* and the match it set */
 };
 
-/* A kernel launch succeeded.  Costs one cache lookup unless a rule owns the
- * kernel; never locks, allocates or synchronises except on a handle's
- * first launch. */
+/*
+ * A kernel launch succeeded, while rt_enabled(): count it and return the
+ * decision cached for func.  KID_NONE: no rule owns the kernel, and that
+ * is all a launch of it costs.  Otherwise (KID_UNKNOWN, a first launch, or
+ * KID_MATCH with *m set) describe the launch, with the decision, to
+ * rt_launch.  Never locks, allocates or synchronises.
+ */
+static inline int rt_launch_seen(const void *func, struct kid_match **m)
+{
+	atomic_ullong *n = rt_my_launches;
+
+	if (n)
+		atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,
+				      memory_order_relaxed);
+	else
+		rt_count_launch_slow();
+	return kid_lookup(rt_kids, func, m);
+}
+
+/* The rest of a launch rt_launch_seen did not finish: name a kernel on its
+ * handle's first launch (which locks and allocates), evaluate its rule. */
 void rt_launch(const struct rt_launch *l);
 
 /* A graph launch succeeded; a stream capture began or ended. */

@@ -49,7 +49,7 @@ enum shim_id {
 	SHIM_COUNT
 };
 
-enum shim_kind { SHIM_ALLOC = 1, SHIM_EVENT, SHIM_PASS, SHIM_ALWAYS };
+enum shim_kind { SHIM_ALLOC = 1, SHIM_EVENT, SHIM_AFTER, SHIM_PASS, SHIM_ALWAYS };
 enum shim_phase { SHIM_PRE = 1, SHIM_POST = 2 };
 
 /* What a wrapper tells its event handler. */

@@ -4,9 +4,9 @@
  *
  * Every wrapper has the same shape: find the real function (or fail the
  * call with the API's "not initialized" error), count one level of depth,
- * let its handler see the call before and after the real one when the call
- * came straight from the application (shim.h has the rule), return what
- * the real function returned.  The handlers below are the only
+ * let its handler see the call before (except for kind AFTER) and after
+ * the real one when the call came straight from the application (shim.h
+ * has the rule), return what the real function returned.  The handlers below are the only
  * per-function code: they turn arguments into preload/ events and never
  * touch an argument the call did not make valid (an out-pointer is read
  * only after success, launch arguments only through rule_eval's checks).
@@ -21,7 +21,7 @@
 
 _Thread_local unsigned shim_depth __attribute__((tls_model("initial-exec")));
 
-static int shim_enter(int kind)
+static inline int shim_enter(int kind)
 {
 	int outer = shim_depth++ == 0;
 
@@ -115,17 +115,33 @@ static int identify(int kind, const void *func, struct rt_kernel_desc *d)
 
 /* ---- event handlers ------------------------------------------------------ */
 
-static void launched(const struct shim_call *c, int kind, const void *func, unsigned gx,
-		     unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **args,
-		     void *stream)
+/* What rt_launch_seen left to do: a handle's first launch, or a launch of
+ * a kernel that a rule owns.  Only these pay for describing the launch. */
+static void launch_rest(int cached, struct kid_match *m, int kind, const void *func,
+			unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+			unsigned bz, void **args, void *stream)
 {
 	struct rt_launch l = {
 		.kind = kind, .func = func, .grid = { gx, gy, gz }, .block = { bx, by, bz },
 		.args = args, .stream = stream, .identify = identify,
+		.cached = cached, .match = m,
 	};
 
-	if (c->phase == SHIM_POST && c->status == 0)
-		rt_launch(&l);
+	rt_launch(&l);
+}
+
+/* A launch succeeded; one of a kernel that no rule owns ends at
+ * rt_launch_seen. */
+static inline void launched(const struct shim_call *c, int kind, const void *func, unsigned gx,
+			    unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+			    void **args, void *stream)
+{
+	struct kid_match *m = NULL;
+	int cached;
+
+	if (c->phase == SHIM_POST && c->status == 0 &&
+	    (cached = rt_launch_seen(func, &m)) != KID_NONE)
+		launch_rest(cached, m, kind, func, gx, gy, gz, bx, by, bz, args, stream);
 }
 
 #define OK_AFTER(c) ((c)->phase == SHIM_POST && (c)->status == 0)
@@ -374,6 +390,7 @@ static void ev_cuGetProcAddress_v2(const struct shim_call *c, const char *symbol
 #define SHIM_UNPAREN(...) __VA_ARGS__
 #define SHIM_EV_ALLOC(ev, c, args) ev(c, SHIM_UNPAREN args)
 #define SHIM_EV_EVENT(ev, c, args) ev(c, SHIM_UNPAREN args)
+#define SHIM_EV_AFTER(ev, c, args) ev(c, SHIM_UNPAREN args)
 #define SHIM_EV_ALWAYS(ev, c, args) ev(c, SHIM_UNPAREN args)
 #define SHIM_EV_PASS(ev, c, args) ((void)(c))
 
@@ -400,7 +417,7 @@ static void ev_cuGetProcAddress_v2(const struct shim_call *c, const char *symbol
 			return fail;							\
 		memcpy(&real, &p, sizeof real);						\
 		on = shim_enter(kind);							\
-		if (on)									\
+		if (on && kind != SHIM_AFTER)						\
 			evcall(ev, &c, args);						\
 		r = real args;								\
 		if (on) {								\

@@ -122,6 +122,18 @@ struct wal_commit_info {
 int wal_commit(struct wal *w, const void *extra, uint32_t extra_len,
 	       struct wal_commit_info *info);
 
+/*
+ * The only call that is async-signal-safe: for a crash handler.  Appends
+ * one WAL_REC_CRASH record and commits the open window with it (no extra
+ * bytes), so the record is durable when this returns 0.  The window may
+ * also hold records another producer appended and had not committed yet;
+ * they are committed with it (a window ends early, never inside a record).
+ * The writer lock is only tried: WAL_EBUSY when another thread (or the
+ * interrupted one) holds it, and nothing is written.  Recovery never
+ * depends on this record: a process killed by SIGKILL writes none.
+ */
+int wal_append_crash(struct wal *w, const void *payload, uint32_t len);
+
 /* Move the checkpointed tail to the start of the last committed window,
  * freeing older windows for reuse.  Durable when it returns. */
 int wal_checkpoint(struct wal *w);

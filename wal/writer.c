@@ -318,18 +318,18 @@ int64_t wal_append(struct wal *w, unsigned type, const void *payload, uint32_t l
 	return ret;
 }
 
-int wal_commit(struct wal *w, const void *extra, uint32_t extra_len, struct wal_commit_info *info)
+/* Close the open window; the lock is held.  Async-signal-safe (see
+ * wal_append_crash): stores, cache flushes and clock_gettime only. */
+static int commit_locked(struct wal *w, const void *extra, uint32_t extra_len,
+			 struct wal_commit_info *info)
 {
 	uint8_t fixed[WINDOW_FIXED_SIZE];
 	struct window_fixed wf;
 	uint64_t lsn;
 	int ret;
 
-	if (!w || (extra_len && !extra) || extra_len > UINT32_MAX - WINDOW_FIXED_SIZE)
-		return WAL_EINVAL;
-	pthread_mutex_lock(&w->lock);
 	if ((ret = make_room(w, WINDOW_FIXED_SIZE + extra_len)) < 0)
-		goto out;
+		return ret;
 	wf = (struct window_fixed){ .first_lsn = w->win_first_lsn, .records = w->win_index + 1,
 				    .extra_len = extra_len, .commit_ns = now_ns(),
 				    .bytes = w->head + rec_size(WINDOW_FIXED_SIZE + extra_len) - w->win_pos };
@@ -352,7 +352,39 @@ int wal_commit(struct wal *w, const void *extra, uint32_t extra_len, struct wal_
 	w->win_first_lsn = w->next_lsn;
 	w->win_pos = w->head;
 	w->st.commits++;
-out:
+	return 0;
+}
+
+int wal_commit(struct wal *w, const void *extra, uint32_t extra_len, struct wal_commit_info *info)
+{
+	int ret;
+
+	if (!w || (extra_len && !extra) || extra_len > UINT32_MAX - WINDOW_FIXED_SIZE)
+		return WAL_EINVAL;
+	pthread_mutex_lock(&w->lock);
+	ret = commit_locked(w, extra, extra_len, info);
+	pthread_mutex_unlock(&w->lock);
+	return ret;
+}
+
+/*
+ * From a signal handler: everything on this path is a store into the
+ * mapping, a cache-line flush or clock_gettime, and the checksum tables
+ * were built when wal_open checksummed the EPOCH record.  The lock is only
+ * tried: it may be held by the very thread the signal interrupted, and
+ * waiting for it would hang a dying process.
+ */
+int wal_append_crash(struct wal *w, const void *payload, uint32_t len)
+{
+	int64_t lsn;
+	int ret;
+
+	if (!w || !payload || !len)
+		return WAL_EINVAL;
+	if (pthread_mutex_trylock(&w->lock) != 0)
+		return WAL_EBUSY;
+	lsn = append_locked(w, WAL_REC_CRASH, payload, len, NULL, 0);
+	ret = lsn < 0 ? (int)lsn : commit_locked(w, NULL, 0, NULL);
 	pthread_mutex_unlock(&w->lock);
 	return ret;
 }

@@ -12,8 +12,14 @@
  *                moeft's wrappers exactly where they should, RTLD_NEXT
  *                still means "after the caller", errors pass through
  *   probe fork   allocations around a fork() whose child allocates too
+ *   probe crash segv|abort|term|term-before|term-after
+ *                after a few CUDA calls, print the crashing function's
+ *                address and die by that signal (term-*: a SIGTERM handler
+ *                of the program's own, installed before or after the first
+ *                CUDA call, handles it and the program exits 0)
  */
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +31,9 @@
 
 #include "fixture.h"
 #include "probe.h"
+
+/* The address "probe crash segv" stores to: in the zero page, unmapped. */
+#define CRASH_ADDR 0x10
 
 #define EXPERTS 8
 #define ROWS 4
@@ -392,6 +401,66 @@ static int fork_mode(void)
 	return 0;
 }
 
+/* ---- crash ---------------------------------------------------------------- */
+
+static volatile sig_atomic_t got_term;
+
+static void on_term(int sig)
+{
+	(void)sig;
+	got_term = 1;
+}
+
+static void own_term_handler(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_term;
+	sigemptyset(&sa.sa_mask);
+	CHECK(sigaction(SIGTERM, &sa, NULL));
+}
+
+/* Not inlined, so its address is a frame of the backtrace; abort() goes
+ * through a volatile pointer, or the compiler would move the noreturn call
+ * out to crash_here.cold. */
+__attribute__((noinline)) static void crash_here(const char *how)
+{
+	/* Not NULL: UBSan would stop at a null store before the fault. */
+	static int *volatile nowhere = (int *)CRASH_ADDR;
+	static void (*volatile die)(void) = abort;
+
+	if (strcmp(how, "segv") == 0)
+		*nowhere = 1;
+	else if (strcmp(how, "abort") == 0)
+		die();
+	else
+		kill(getpid(), SIGTERM);
+	__asm__ __volatile__("" ::: "memory");	/* no tail call */
+}
+
+static int crash_mode(const char *how)
+{
+	void (*fn)(const char *) = crash_here;
+	void *a, *p;
+	int i;
+
+	if (strcmp(how, "term-before") == 0)
+		own_term_handler();
+	CHECK(cudaMalloc(&a, 4096));
+	CHECK(cudaFree(a));
+	if (strcmp(how, "term-after") == 0)
+		own_term_handler();
+	memcpy(&p, &fn, sizeof p);
+	printf("crash_here %p\n", p);
+	fflush(stdout);
+	crash_here(strncmp(how, "term", 4) == 0 ? "term" : how);
+	for (i = 0; i < 1000 && !got_term; i++)
+		usleep(1000);
+	printf("handled: %d\n", (int)got_term);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "run";
@@ -402,6 +471,8 @@ int main(int argc, char **argv)
 		return check();
 	if (strcmp(mode, "fork") == 0)
 		return fork_mode();
-	fprintf(stderr, "probe: unknown mode '%s' (run, check, fork)\n", mode);
+	if (strcmp(mode, "crash") == 0 && argc > 2)
+		return crash_mode(argv[2]);
+	fprintf(stderr, "probe: unknown mode '%s' (run, check, fork, crash)\n", mode);
 	return 2;
 }

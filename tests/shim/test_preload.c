@@ -13,6 +13,7 @@
  */
 #include <fcntl.h>
 #include <spawn.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -440,6 +441,109 @@ static void test_fork(void)
 	unlink(path);
 }
 
+/* ---- crash records ------------------------------------------------------ */
+
+struct crashes {
+	unsigned count, bad;
+	uint32_t epoch_pid;    /* the writer's pid, from its EPOCH record */
+	struct rec_crash c;    /* the last one */
+};
+
+static int read_crashes(const char *path, struct crashes *cr)
+{
+	struct wal_reader *r;
+	struct wal_error err;
+	struct wal_record rec;
+	struct wal_iter it;
+	struct rec_epoch e;
+
+	memset(cr, 0, sizeof *cr);
+	if (wal_reader_open_path(path, &r, &err) != 0)
+		return -1;
+	wal_iter_init(&it, r);
+	while (wal_iter_next(&it, &rec) == 1) {
+		if (rec.type == WAL_REC_EPOCH && rec_epoch_decode(rec.payload, rec.len, &e) == 0)
+			cr->epoch_pid = e.pid;
+		if (rec.type != WAL_REC_CRASH)
+			continue;
+		if (rec_crash_decode(rec.payload, rec.len, &cr->c) < 0)
+			cr->bad++;
+		cr->count++;
+	}
+	wal_reader_close(r);
+	return 0;
+}
+
+/*
+ * probe crash MODE under the preload: the process still dies by its
+ * signal (or, with its own SIGTERM handler, handles it and exits 0), and
+ * the log holds one CRASH record naming the signal and the pid, with a
+ * backtrace through the probe's crashing function.  A handler the program
+ * installs after the preload started replaces ours: no record then.
+ */
+static void test_crash(void)
+{
+	static const struct {
+		const char *mode;
+		int signo;         /* the record's signal */
+		int status;        /* run()'s status: 128 + signal, or 0 */
+		unsigned records;
+	} cases[] = {
+		{ "segv", SIGSEGV, 128 + SIGSEGV, 1 },
+		{ "abort", SIGABRT, 128 + SIGABRT, 1 },
+		{ "term", SIGTERM, 128 + SIGTERM, 1 },
+		{ "term-before", SIGTERM, 0, 1 },
+		{ "term-after", SIGTERM, 0, 0 },
+	};
+	char path[256], wal[300];
+	const char *env[] = { wal, "MOEFT_WAL_SIZE=4M", NULL };
+	const char *argv[] = { probe, "crash", NULL, NULL };
+	struct crashes cr;
+	struct run r;
+	unsigned i, f;
+
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		unsigned long long fn = 0;
+		const char *at;
+		int near = 0;
+
+		argv[2] = cases[i].mode;
+		snprintf(wal, sizeof wal, "MOEFT_WAL=%s", test_path(path, sizeof path, "crash"));
+		r = run(argv, env, 1);
+#ifdef SANITIZED
+		/* The disposition before ours is ASan's SEGV handler: it runs,
+		 * reports and exits its own way. */
+		if (cases[i].signo == SIGSEGV) {
+			CU_ASSERT(r.status != 0 && strstr(r.err, "AddressSanitizer: SEGV"));
+		} else
+#endif
+		{
+			CU_ASSERT_EQUAL(r.status, cases[i].status);
+		}
+		if (cases[i].status == 0)
+			CU_ASSERT(strstr(r.out, "handled: 1\n") != NULL);
+		at = strstr(r.out, "crash_here ");
+		CU_ASSERT_FATAL(at && sscanf(at, "crash_here %llx", &fn) == 1);
+		CU_ASSERT_FATAL(read_crashes(path, &cr) == 0);
+		CU_ASSERT_EQUAL(cr.bad, 0);
+		CU_ASSERT_EQUAL(cr.count, cases[i].records);
+		if (cr.count == 1) {
+			CU_ASSERT_EQUAL(cr.c.signo, cases[i].signo);
+			CU_ASSERT(cr.epoch_pid != 0);
+			CU_ASSERT_EQUAL(cr.c.pid, cr.epoch_pid);
+			CU_ASSERT(cr.c.nframes >= 2);
+			/* The fault itself, or a return address in crash_here. */
+			for (f = 0; f < cr.c.nframes; f++)
+				near |= cr.c.frames[f] >= fn && cr.c.frames[f] < fn + 512;
+			CU_ASSERT(near);
+			if (cases[i].signo == SIGSEGV)
+				CU_ASSERT(cr.c.addr == 0x10 && cr.c.frames[0] >= fn && cr.c.frames[0] < fn + 512);
+		}
+		done(&r);
+		unlink(path);
+	}
+}
+
 /* The test serving program (tests/serve), eagerly and replaying graphs
  * from two threads: same output, every allocation logged and freed once,
  * routing and KV rules hit. */
@@ -492,6 +596,7 @@ int main(void)
 		{ "runtime-to-driver nesting", test_nesting },
 		{ "fail open", test_fail_open },
 		{ "fork", test_fork },
+		{ "crash record, then the program's own disposition", test_crash },
 		{ "test serving program", test_serve },
 		CU_TEST_INFO_NULL,
 	};

@@ -6,6 +6,7 @@
  * concurrent appenders with a concurrent committer.
  */
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -312,6 +313,69 @@ static void test_commit_info(void)
 	CU_ASSERT_EQUAL(wal_commit(w, NULL, 5, NULL), WAL_EINVAL);
 	CU_ASSERT_EQUAL(wal_commit(NULL, NULL, 0, NULL), WAL_EINVAL);
 	CU_ASSERT_EQUAL(wal_commit(w, NULL, 0, NULL), 0); /* info is optional */
+	wal_close(w);
+	unlink(path);
+}
+
+/* ---- the crash entry point ------------------------------------------- */
+
+static struct wal *crash_wal;
+static volatile sig_atomic_t crash_rc = 1;
+
+static void on_usr1(int sig)
+{
+	uint8_t buf[CRASH_HDR_SIZE + 8 * 2];
+	struct rec_crash c = { .signo = sig, .code = -6, .pid = 77, .nframes = 2,
+			       .frames = { 0x1000, 0x2000 } };
+	size_t len = rec_crash_encode(buf, sizeof buf, &c);
+
+	crash_rc = wal_append_crash(crash_wal, buf, (uint32_t)len);
+}
+
+/* From a signal handler: the CRASH record and what the window held before
+ * it are committed together; nothing else needs a commit. */
+static void test_append_crash(void)
+{
+	char path[256];
+	struct wal *w = open_log(test_path(path, sizeof path, "crash"), SMALL_LOG, WAL_OPEN_CREATE);
+	struct wal_reader *r;
+	struct wal_record rec;
+	struct wal_iter it;
+	struct rec_crash c;
+	struct sigaction sa, old;
+	uint8_t buf[64];
+	size_t n;
+	const struct wal_window *win;
+
+	CU_ASSERT_FATAL(w != NULL);
+	CU_ASSERT_EQUAL(wal_append_crash(NULL, buf, 8), WAL_EINVAL);
+	CU_ASSERT_EQUAL(wal_append_crash(w, NULL, 8), WAL_EINVAL);
+	CU_ASSERT_EQUAL(wal_append_crash(w, buf, 0), WAL_EINVAL);
+	append(w, WAL_REC_USER, buf, mark(buf, 32, 1, 0, 1));
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_usr1;
+	sigemptyset(&sa.sa_mask);
+	CU_ASSERT_FATAL(sigaction(SIGUSR1, &sa, &old) == 0);
+	crash_wal = w;
+	raise(SIGUSR1);
+	sigaction(SIGUSR1, &old, NULL);
+	CU_ASSERT_EQUAL(crash_rc, 0);
+	/* Read while the writer is still open, as after a crash. */
+	CU_ASSERT_FATAL((r = read_log(path)) != NULL);
+	win = wal_reader_windows(r, &n);
+	CU_ASSERT_EQUAL_FATAL(n, 1);
+	CU_ASSERT_EQUAL(win[0].records, 4);  /* EPOCH, USER, CRASH, WINDOW */
+	CU_ASSERT_EQUAL(win[0].extra_len, 0);
+	wal_iter_init(&it, r);
+	CU_ASSERT(wal_iter_next(&it, &rec) == 1 && rec.type == WAL_REC_EPOCH);
+	CU_ASSERT(wal_iter_next(&it, &rec) == 1 && rec.type == WAL_REC_USER);
+	CU_ASSERT_FATAL(wal_iter_next(&it, &rec) == 1 && rec.type == WAL_REC_CRASH);
+	CU_ASSERT_FATAL(rec_crash_decode(rec.payload, rec.len, &c) == 0);
+	CU_ASSERT(c.signo == SIGUSR1 && c.pid == 77 && c.nframes == 2 && c.frames[1] == 0x2000);
+	wal_reader_close(r);
+	/* The writer goes on after it: the next window follows. */
+	append(w, WAL_REC_USER, buf, mark(buf, 32, 1, 1, 0));
+	CU_ASSERT_EQUAL(commit(w, NULL, 0).window, 1);
 	wal_close(w);
 	unlink(path);
 }
@@ -1092,6 +1156,7 @@ static void test_threads_8(void)
 static CU_TestInfo writer_tests[] = {
 	{ "reopen starts a new epoch", test_reopen_new_epoch },
 	{ "commit info", test_commit_info },
+	{ "crash record from a signal handler", test_append_crash },
 	{ "append argument checks", test_append_rejects },
 	{ "record larger than half the ring", test_append_too_big },
 	{ "full log keeps its last commit", test_full_log },
