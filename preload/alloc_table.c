@@ -95,20 +95,18 @@ struct alloc_table *at_create(unsigned max_entries)
 		nb <<= 1;
 	if (!(at = calloc(1, sizeof *at)))
 		return NULL;
+	if (pthread_mutex_init(&at->lock, NULL) != 0) {
+		free(at);
+		return NULL;
+	}
 	at->cap = max_entries;
 	at->base = malloc(max_entries * sizeof *at->base);
 	at->slot = malloc(max_entries * sizeof *at->slot);
 	at->ent = malloc(max_entries * sizeof *at->ent);
 	at->bucket = malloc(nb * sizeof *at->bucket);
 	at->seen = calloc((max_entries + 63) / 64, sizeof *at->seen);
-	if (!at->base || !at->slot || !at->ent || !at->bucket || !at->seen ||
-	    pthread_mutex_init(&at->lock, NULL) != 0) {
-		free(at->base);
-		free(at->slot);
-		free(at->ent);
-		free(at->bucket);
-		free(at->seen);
-		free(at);
+	if (!at->base || !at->slot || !at->ent || !at->bucket || !at->seen) {
+		at_destroy(at);
 		return NULL;
 	}
 	/* Write every page now, so the first allocations do not fault them in. */

@@ -100,6 +100,7 @@ static unsigned long long launches(void)
 }
 
 atomic_int rt_state;
+/* The kernel decision cache, published by the rt_state store (runtime.h). */
 struct kid_cache *rt_kids;
 
 static struct {
@@ -109,7 +110,6 @@ static struct {
 	struct profile prof;
 	atomic_ullong *hits;         /* per rule */
 	struct alloc_table *at;
-	struct kid_cache *kid;
 	atomic_int kid_full;         /* stop naming new kernels */
 	/* Allocation events: the table update and the window that logs it
 	 * happen under one lock, so the log's order is the table's. */
@@ -212,8 +212,8 @@ static void free_tables(void)
 {
 	free(rt.hits);
 	rt.hits = NULL;
-	kid_destroy(rt.kid);
-	rt.kid = NULL;
+	kid_destroy(rt_kids);
+	rt_kids = NULL;
 	at_destroy(rt.at);
 	rt.at = NULL;
 	profile_free(&rt.prof);
@@ -242,9 +242,9 @@ static int start(void)
 		return 0;
 	}
 	rt.at = at_create(AT_MAX);
-	rt.kid = kid_create(KID_SLOTS_LOG2, KID_MAX_MATCH);
+	rt_kids = kid_create(KID_SLOTS_LOG2, KID_MAX_MATCH);
 	rt.hits = calloc(rt.prof.count ? rt.prof.count : 1, sizeof *rt.hits);
-	if (!rt.at || !rt.kid || !rt.hits) {
+	if (!rt.at || !rt_kids || !rt.hits) {
 		free_tables();
 		give_up("out of memory for the allocation and kernel tables");
 		return 0;
@@ -271,7 +271,6 @@ static void start_once(void)
 {
 	int on = start();
 
-	rt_kids = rt.kid;	/* for launches, which the state lets in */
 	atomic_store_explicit(&rt_state, on ? RT_ACTIVE : RT_OFF, memory_order_release);
 }
 
@@ -649,19 +648,19 @@ static int first_launch(const struct rt_launch *l, struct kid_match **m)
 		memcpy(kd.sizes, d.sizes, sizeof kd.sizes);
 		kd.rule = profile_match(&rt.prof, d.name);
 	}
-	r = kid_insert(rt.kid, l->func, &kd, m);
+	r = kid_insert(rt_kids, l->func, &kd, m);
 	if (r == KID_FULL && kd.rule >= 0) {
 		if (first_time(ONCE_MATCH_FULL))
 			rt_log(WAL_LOG_WARN, "more than %u kernels owned by rules; %s and later "
 			       "ones are not evaluated", KID_MAX_MATCH, kd.name);
 		kd.rule = -1;
-		r = kid_insert(rt.kid, l->func, &kd, m);
+		r = kid_insert(rt_kids, l->func, &kd, m);
 	}
 	if (r == KID_FULL) {
 		atomic_store_explicit(&rt.kid_full, 1, memory_order_relaxed);
 		if (first_time(ONCE_KID_FULL))
 			rt_log(WAL_LOG_WARN, "more than %u distinct kernels; later ones are "
-			       "not identified", kid_count(rt.kid));
+			       "not identified", kid_count(rt_kids));
 		return KID_NONE;
 	}
 	if (r == KID_MATCH && kd.rule == (*m)->rule) {
@@ -745,7 +744,7 @@ static void summary(void)
 	       "matched=%u rule_hits=%llu%s captured=%llu ids=%llu gaps=%llu",
 	       LD(rt.n.allocs), LD(rt.n.frees), at_count(rt.at), LD(rt.n.windows),
 	       launches(), LD(rt.n.graph_launches), LD(rt.n.capture_begin),
-	       LD(rt.n.capture_end), kid_count(rt.kid), kid_named(rt.kid),
-	       kid_matched(rt.kid), total, rules, LD(rt.n.cap_entries), LD(rt.n.cap_ids),
+	       LD(rt.n.capture_end), kid_count(rt_kids), kid_named(rt_kids),
+	       kid_matched(rt_kids), total, rules, LD(rt.n.cap_entries), LD(rt.n.cap_ids),
 	       LD(rt.n.cap_gaps));
 }

@@ -344,6 +344,15 @@ static int run_all(struct bench *b, struct results *res, struct wal_error *err)
 
 /* ---- output ---------------------------------------------------------- */
 
+void bench_machine_json(struct json *j, const char *cpu)
+{
+	json_key(j, "machine");
+	json_obj_begin(j);
+	json_kv_str(j, "cpu", cpu);
+	json_kv_i64(j, "nproc", sysconf(_SC_NPROCESSORS_ONLN));
+	json_obj_end(j);
+}
+
 void bench_cpu_model(char *buf, size_t len)
 {
 	FILE *f = fopen("/proc/cpuinfo", "r");
@@ -403,11 +412,7 @@ static void print_json(const struct bench *b, const struct results *res, const c
 	json_init(&j, stdout);
 	json_obj_begin(&j);
 	json_kv_str(&j, "status", "ok");
-	json_key(&j, "machine");
-	json_obj_begin(&j);
-	json_kv_str(&j, "cpu", cpu);
-	json_kv_i64(&j, "nproc", sysconf(_SC_NPROCESSORS_ONLN));
-	json_obj_end(&j);
+	bench_machine_json(&j, cpu);
 	json_key(&j, "log");
 	json_obj_begin(&j);
 	json_kv_str(&j, "path", b->path);

@@ -415,12 +415,8 @@ static void print_json(const struct ctx *c, const struct figures *f, const char 
 	json_init(&j, stdout);
 	json_obj_begin(&j);
 	json_kv_str(&j, "status", "ok");
-	json_key(&j, "machine");
-	json_obj_begin(&j);
-	json_kv_str(&j, "cpu", cpu);
-	json_kv_i64(&j, "nproc", sysconf(_SC_NPROCESSORS_ONLN));
+	bench_machine_json(&j, cpu);
 	json_kv_str(&j, "cuda", "fixture");
-	json_obj_end(&j);
 	json_kv_str(&j, "preload", c->preload);
 	json_kv_u64(&j, "launches", f->launches);
 	json_kv_u64(&j, "rounds", ROUNDS);

@@ -14,7 +14,11 @@
  * "launch" among the arguments), not yet seen by getopt. */
 int bench_launch(const struct cli_command *cmd, int argc, char **argv);
 
+struct json;
+
 /* The CPU's model name from /proc/cpuinfo, or "unknown". */
 void bench_cpu_model(char *buf, size_t len);
+/* Key "machine": {"cpu": cpu, "nproc": online CPUs}. */
+void bench_machine_json(struct json *j, const char *cpu);
 
 #endif
