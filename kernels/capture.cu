@@ -1,14 +1,16 @@
 /*
- * capture.cu - device kernels the preload enqueues after matching launches.
+ * capture.cu - device kernels the preload enqueues itself: the routing
+ * append after matching launches, the KV snapshot at window boundaries.
  *
  * Both take their parameters as one struct by value, so a CUDA graph that
  * captured the launch replays it unchanged, and neither ever waits on the
- * host.  The algorithms are kernels/capture_algo.h, shared with the host
- * reference; this file only maps them onto threads.  The kernels are
- * extern "C" so the preload can find them by a stable name (and so its own
- * name rules can recognise and skip them).
+ * host.  The algorithms are kernels/capture_algo.h and kvsnap_algo.h,
+ * shared with the host references; this file only maps them onto threads.
+ * The kernels are extern "C" so the preload can find them by a stable name
+ * (and so its own name rules can recognise and skip them).
  */
 #include "capture_algo.h"
+#include "kvsnap_algo.h"
 
 /*
  * Thread 0 reserves and writes the headers; the block copies the ids;
@@ -32,9 +34,50 @@ moeft_capture_append(struct cap_append_args a)
 		cap_publish(a.ring, &rv);
 }
 
-/* Any grid; each thread takes every (grid size)th slot. */
-extern "C" __global__ void moeft_kv_mark_dirty(struct kv_dirty_args a)
+/*
+ * One block per chunk at a time, grid-stride: the block sums the chunk's
+ * hash terms, thread 0 compares and reserves, the block copies, thread 0
+ * writes the entry and the new sum (kvsnap_algo.h).  Launch with 1-D
+ * blocks of at most KVSNAP_THREADS threads and a 1-D grid (kvsnap.h); any
+ * other shape would have two blocks stage one chunk, so it does nothing.
+ */
+extern "C" __global__ void __launch_bounds__(KVSNAP_THREADS)
+moeft_kv_snapshot(struct kv_snap_args a)
 {
-	kv_mark_range(&a, (uint64_t)blockIdx.x * blockDim.x + threadIdx.x,
-		      (uint64_t)gridDim.x * blockDim.x);
+	__shared__ uint64_t part[KVSNAP_THREADS];
+	__shared__ struct kv_resv rv;
+	__shared__ int staged;
+	unsigned t = threadIdx.x, s;
+	uint64_t n, c;
+
+	if (blockDim.y != 1 || blockDim.z != 1 || gridDim.y != 1 || gridDim.z != 1 ||
+	    !kv_args_ok(&a))
+		return;
+	n = kv_nchunks(&a);
+	for (c = blockIdx.x; c < n; c += gridDim.x) {
+		const unsigned char *src = kv_chunk_src(&a, c);
+		uint64_t len = kv_chunk_len(&a, c);
+
+		part[t] = kv_hash_part(src, len, t, blockDim.x);
+		__syncthreads();
+		/* A tree over KVSNAP_THREADS slots, those past blockDim.x zero. */
+		for (s = KVSNAP_THREADS / 2; s > 0; s /= 2) {
+			if (t < s && t + s < blockDim.x)
+				part[t] += part[t + s];
+			__syncthreads();
+		}
+		if (t == 0)
+			staged = kv_begin(&a, c, part[0], &rv);
+		__syncthreads();
+		if (!staged)
+			continue;
+		kv_copy(kv_data(a.stage) + rv.data, src, len, t, blockDim.x);
+		__syncthreads();
+		if (t == 0)
+			kv_end(&a, c, part[0], &rv);
+	}
+	/* Every other thread's copies came before a __syncthreads thread 0
+	 * passed: its fence covers them (atomics_algo.h). */
+	if (t == 0)
+		atom_fence_sys();
 }

@@ -154,24 +154,6 @@ struct cap_append_args {
 	uint32_t dtype;		/* enum cap_dtype */
 };
 
-/*
- * Parameters of moeft_kv_mark_dirty (any grid; grid-stride loop).  Sets
- * bit (slot / block_size) of `bitmap` for each of the `count` slots; slots
- * < 0 are padding and skipped; slots at or past num_blocks * block_size
- * (every slot when block_size is 0) are ignored and counted in *bad, as
- * are all `count` slots when dtype is unknown.  Bit b is bit b % 64 of
- * word b / 64.
- */
-struct kv_dirty_args {
-	const void *slots;	/* device memory */
-	uint64_t *bitmap;	/* (num_blocks + 63) / 64 words */
-	uint64_t *bad;
-	uint64_t count;
-	uint64_t num_blocks;
-	uint32_t block_size;
-	uint32_t dtype;		/* enum cap_dtype */
-};
-
 /* A reservation: a SKIP entry of `pad` bytes at pos (when pad > 0), then
  * the entry at pos + pad. */
 struct cap_resv {
@@ -190,9 +172,6 @@ struct cap_resv {
 int cap_append_ref(const struct cap_append_args *a);
 int cap_append_begin_ref(const struct cap_append_args *a, struct cap_resv *rv);
 void cap_append_end_ref(struct cap_ring *ring, const struct cap_resv *rv);
-
-/* Host reference of moeft_kv_mark_dirty; thread-safe like the kernel. */
-void kv_mark_dirty_ref(const struct kv_dirty_args *a);
 #endif
 
 #ifdef __cplusplus

@@ -1,121 +1,24 @@
 /*
- * capture_algo.h - the producer algorithms, one text for two compilers.
+ * capture_algo.h - the append algorithm, one text for two compilers.
  *
  * nvcc compiles these functions as device code into kernels/capture.cu; a
- * C compiler compiles them as the host reference (capture_ref.c,
- * kv_dirty_ref.c).  Only the memory primitives differ, and they sit side by
- * side below so the mapping can be checked at a glance:
- *
- *   primitive        device (PTX)                   host (C11)
- *   cap_ld_acquire   ld.acquire.sys                 load, acquire
- *   cap_ld_relaxed   volatile load                  load, relaxed
- *   cap_cas          atomicCAS                      strong CAS, relaxed
- *   cap_add/cap_or   atomicAdd/atomicOr             fetch_add/or, relaxed
- *   cap_publish_seq  __threadfence_system; store    store, release
- *
- * The protocol and why it is correct: capture.h.  Private to kernels/.
+ * C compiler compiles them as the host reference (capture_ref.c).  Only
+ * the memory primitives differ: atomics_algo.h.  The protocol and why it
+ * is correct: capture.h.  Private to kernels/.
  */
 #ifndef MOEFT_CAPTURE_ALGO_H
 #define MOEFT_CAPTURE_ALGO_H
 
+#include "atomics_algo.h"
 #include "capture.h"
 
-#ifdef __CUDACC__
-
-#define CAP_FN static __device__ __forceinline__
-
-CAP_FN uint64_t cap_ld_acquire(const uint64_t *p)
-{
-	uint64_t v;
-
-	asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-	return v;
-}
-
-CAP_FN uint64_t cap_ld_relaxed(const uint64_t *p)
-{
-	return *(const volatile uint64_t *)p;
-}
-
-CAP_FN int cap_cas(uint64_t *p, uint64_t expect, uint64_t desired)
-{
-	return atomicCAS((unsigned long long *)p, expect, desired) == expect;
-}
-
-CAP_FN void cap_add(uint64_t *p, uint64_t v)
-{
-	atomicAdd((unsigned long long *)p, v);
-}
-
-CAP_FN void cap_or(uint64_t *p, uint64_t v)
-{
-	atomicOr((unsigned long long *)p, v);
-}
-
-/* The fence is cumulative: stores that other threads of the block made
- * before a __syncthreads that this thread passed are ordered too (the
- * pattern cooperative groups' grid sync relies on). */
-CAP_FN void cap_publish_seq(uint64_t *p, uint64_t v)
-{
-	__threadfence_system();
-	*(volatile uint64_t *)p = v;
-}
-
-#else
-
-#include <stdatomic.h>
-
-#define CAP_FN static inline
-
-/* The shared layout is plain C (nvcc reads it too), so the words are
- * accessed through _Atomic-qualified pointers, as liburing does. */
-#define CAP_ATOMIC(p) ((_Atomic uint64_t *)(p))
-
-CAP_STATIC_ASSERT(sizeof(_Atomic uint64_t) == sizeof(uint64_t), "atomic u64 layout");
-
-CAP_FN uint64_t cap_ld_acquire(const uint64_t *p)
-{
-	return atomic_load_explicit((const _Atomic uint64_t *)p, memory_order_acquire);
-}
-
-CAP_FN uint64_t cap_ld_relaxed(const uint64_t *p)
-{
-	return atomic_load_explicit((const _Atomic uint64_t *)p, memory_order_relaxed);
-}
-
-CAP_FN int cap_cas(uint64_t *p, uint64_t expect, uint64_t desired)
-{
-	return atomic_compare_exchange_strong_explicit(CAP_ATOMIC(p), &expect, desired,
-						       memory_order_relaxed,
-						       memory_order_relaxed);
-}
-
-CAP_FN void cap_add(uint64_t *p, uint64_t v)
-{
-	atomic_fetch_add_explicit(CAP_ATOMIC(p), v, memory_order_relaxed);
-}
-
-CAP_FN void cap_or(uint64_t *p, uint64_t v)
-{
-	atomic_fetch_or_explicit(CAP_ATOMIC(p), v, memory_order_relaxed);
-}
-
-CAP_FN void cap_publish_seq(uint64_t *p, uint64_t v)
-{
-	atomic_store_explicit(CAP_ATOMIC(p), v, memory_order_release);
-}
-
-#endif
-
-/* ---- shared algorithm text -------------------------------------------- */
-
-CAP_FN int cap_dtype_ok(uint32_t dtype)
+ALGO_FN int cap_dtype_ok(uint32_t dtype)
 {
 	return dtype >= CAP_DT_I32 && dtype <= CAP_DT_I64;
 }
 
 /* Element i of an array of a valid dtype, widened. */
-CAP_FN int64_t cap_load_i64(const void *src, uint32_t dtype, uint64_t i)
+ALGO_FN int64_t cap_load_i64(const void *src, uint32_t dtype, uint64_t i)
 {
 	switch (dtype) {
 	case CAP_DT_I32:
@@ -129,31 +32,31 @@ CAP_FN int64_t cap_load_i64(const void *src, uint32_t dtype, uint64_t i)
 
 /* Routing ids travel as int32 whatever the source type: expert ids are
  * small, and one payload format keeps the consumer simple. */
-CAP_FN int32_t cap_load_id(const void *src, uint32_t dtype, uint64_t i)
+ALGO_FN int32_t cap_load_id(const void *src, uint32_t dtype, uint64_t i)
 {
 	int64_t v = cap_load_i64(src, dtype, i);
 
 	return v < INT32_MIN || v > INT32_MAX ? CAP_ID_INVALID : (int32_t)v;
 }
 
-CAP_FN unsigned char *cap_data(struct cap_ring *r)
+ALGO_FN unsigned char *cap_data(struct cap_ring *r)
 {
 	return (unsigned char *)r + CAP_DATA_OFF;
 }
 
-CAP_FN struct cap_entry *cap_skip_entry(struct cap_ring *r, const struct cap_resv *rv)
+ALGO_FN struct cap_entry *cap_skip_entry(struct cap_ring *r, const struct cap_resv *rv)
 {
 	return (struct cap_entry *)(cap_data(r) + (rv->pos & rv->mask));
 }
 
 /* A padded entry starts the next lap, at data offset 0. */
-CAP_FN struct cap_entry *cap_data_entry(struct cap_ring *r, const struct cap_resv *rv)
+ALGO_FN struct cap_entry *cap_data_entry(struct cap_ring *r, const struct cap_resv *rv)
 {
 	return (struct cap_entry *)(cap_data(r) + (rv->pad ? 0 : rv->pos & rv->mask));
 }
 
 /* Payload bytes of an append, saturated so absurd requests still count. */
-CAP_FN uint64_t cap_payload_bytes(const struct cap_append_args *a)
+ALGO_FN uint64_t cap_payload_bytes(const struct cap_append_args *a)
 {
 	uint64_t n = (uint64_t)a->rows * a->k;
 
@@ -161,14 +64,14 @@ CAP_FN uint64_t cap_payload_bytes(const struct cap_append_args *a)
 }
 
 /* Reserve pad + size bytes in one CAS, or nothing (see capture.h, step 1). */
-CAP_FN int cap_reserve(struct cap_ring *r, uint64_t cap, uint32_t size,
-		       struct cap_resv *rv)
+ALGO_FN int cap_reserve(struct cap_ring *r, uint64_t cap, uint32_t size,
+			struct cap_resv *rv)
 {
 	unsigned t;
 
 	for (t = 0; t < CAP_CAS_TRIES; t++) {
-		uint64_t tail = cap_ld_acquire(&r->tail);
-		uint64_t head = cap_ld_relaxed(&r->head);
+		uint64_t tail = atom_ld_acquire(&r->tail);
+		uint64_t head = atom_ld_relaxed(&r->head);
 		uint64_t off = head & (cap - 1);
 		uint64_t pad = off + size > cap ? cap - off : 0;
 		uint64_t used = head - tail;
@@ -176,7 +79,7 @@ CAP_FN int cap_reserve(struct cap_ring *r, uint64_t cap, uint32_t size,
 		/* used > cap only with a damaged tail: drop, never overwrite */
 		if (used > cap || pad + size > cap - used)
 			return 0;
-		if (cap_cas(&r->head, head, head + pad + size)) {
+		if (atom_cas(&r->head, head, head + pad + size)) {
 			rv->pos = head;
 			rv->mask = cap - 1;
 			rv->pad = (uint32_t)pad;
@@ -192,7 +95,7 @@ CAP_FN int cap_reserve(struct cap_ring *r, uint64_t cap, uint32_t size,
  * an entry so that pad + size fits an empty ring: a pad is only needed when
  * it is smaller than the entry.
  */
-CAP_FN int cap_begin(const struct cap_append_args *a, struct cap_resv *rv)
+ALGO_FN int cap_begin(const struct cap_append_args *a, struct cap_resv *rv)
 {
 	struct cap_ring *r = a->ring;
 	uint64_t cap = r->capacity;
@@ -203,8 +106,8 @@ CAP_FN int cap_begin(const struct cap_append_args *a, struct cap_resv *rv)
 
 	if (!cap_dtype_ok(a->dtype) || a->stride < a->k ||
 	    bytes > cap / 2 - CAP_ENTRY_HDR || !cap_reserve(r, cap, size, rv)) {
-		cap_add(&r->dropped_entries, 1);
-		cap_add(&r->dropped_bytes, bytes);
+		atom_add(&r->dropped_entries, 1);
+		atom_add(&r->dropped_bytes, bytes);
 		return 0;
 	}
 	if (rv->pad) {
@@ -225,8 +128,8 @@ CAP_FN int cap_begin(const struct cap_append_args *a, struct cap_resv *rv)
 }
 
 /* Ids first, first + step, ...: the first k of each row, int32. */
-CAP_FN void cap_copy_ids(struct cap_ring *r, const struct cap_resv *rv,
-			 const struct cap_append_args *a, uint32_t first, uint32_t step)
+ALGO_FN void cap_copy_ids(struct cap_ring *r, const struct cap_resv *rv,
+			  const struct cap_append_args *a, uint32_t first, uint32_t step)
 {
 	int32_t *out = (int32_t *)((unsigned char *)cap_data_entry(r, rv) + CAP_ENTRY_HDR);
 	uint32_t n = a->rows * a->k;	/* < 2^29: the entry fitted */
@@ -238,35 +141,11 @@ CAP_FN void cap_copy_ids(struct cap_ring *r, const struct cap_resv *rv,
 }
 
 /* Step 3 of the protocol: seq last, after the fence. */
-CAP_FN void cap_publish(struct cap_ring *r, const struct cap_resv *rv)
+ALGO_FN void cap_publish(struct cap_ring *r, const struct cap_resv *rv)
 {
 	if (rv->pad)
-		cap_publish_seq(&cap_skip_entry(r, rv)->seq, rv->pos + 1);
-	cap_publish_seq(&cap_data_entry(r, rv)->seq, rv->pos + rv->pad + 1);
-}
-
-/* Slots first, first + step, ... of a kv_mark_dirty request. */
-CAP_FN void kv_mark_range(const struct kv_dirty_args *a, uint64_t first, uint64_t step)
-{
-	uint64_t i, b;
-
-	if (!cap_dtype_ok(a->dtype)) {
-		if (first == 0)
-			cap_add(a->bad, a->count);
-		return;
-	}
-	for (i = first; i < a->count; i += step) {
-		int64_t slot = cap_load_i64(a->slots, a->dtype, i);
-
-		if (slot < 0)
-			continue;
-		if (a->block_size == 0 ||
-		    (b = (uint64_t)slot / a->block_size) >= a->num_blocks) {
-			cap_add(a->bad, 1);
-			continue;
-		}
-		cap_or(&a->bitmap[b / 64], UINT64_C(1) << (b % 64));
-	}
+		atom_publish(&cap_skip_entry(r, rv)->seq, rv->pos + 1);
+	atom_publish(&cap_data_entry(r, rv)->seq, rv->pos + rv->pad + 1);
 }
 
 #endif

@@ -3,12 +3,12 @@
  * allocation log, kernel identification and rule hits, exit summary,
  * fork.  See runtime.h.
  *
- * What this round logs, and what it does not yet: every allocation event
- * (ALLOC/FREE records, VMM mappings included) is committed at once as a
- * window of its own, so the log is valid and inspectable and the
- * allocation state survives a crash.  Routing is captured (see "capture"
- * below); KV capture comes next, and windows do not follow MOEFT_WINDOW
- * decode steps yet (their step counters are zero).
+ * Two kinds of windows reach the log.  Every allocation event (ALLOC/FREE
+ * records, VMM mappings included) is committed at once as a window of its
+ * own (no steps), so the allocation state survives a crash.  Decode
+ * windows, MOEFT_WINDOW steps of routing with the KV chunks that changed,
+ * are assembled from the capture ring and committed by the consumer
+ * thread (see "capture" below, window.h, snapshot.h).
  * Restore needs the ALLOC records of every live allocation, but a full log
  * reclaims its oldest windows: re-logging the live table before space is
  * reclaimed comes with restore.
@@ -25,13 +25,17 @@
 #include <unistd.h>
 
 #include "alloc_table.h"
+#include "clock.h"
 #include "config.h"
 #include "crash.h"
 #include "kernel_id.h"
+#include "kvstore.h"
 #include "record.h"
 #include "ring.h"
 #include "runtime.h"
+#include "snapshot.h"
 #include "wal.h"
+#include "window.h"
 
 extern char **environ;
 
@@ -47,13 +51,15 @@ enum once {
 	ONCE_KID_FULL,
 	ONCE_MATCH_FULL,
 	ONCE_CAPTURE,
+	ONCE_POOL,
+	ONCE_LANES,
 	ONCE_COUNT
 };
 
 struct counters {
 	atomic_ullong allocs, frees, graph_launches, capture_begin, capture_end;
 	atomic_ullong windows;
-	atomic_ullong cap_entries, cap_ids, cap_gaps;
+	atomic_ullong cap_gaps;
 };
 
 /*
@@ -115,6 +121,7 @@ static struct {
 	 * happen under one lock, so the log's order is the table's. */
 	pthread_mutex_t log_lock;
 	struct wal *wal;
+	struct kvs *kvs;             /* NULL: KV capture off */
 	unsigned pending;            /* records appended, not yet committed */
 	struct counters n;
 	atomic_bool said[ONCE_COUNT];
@@ -219,6 +226,25 @@ static void free_tables(void)
 	profile_free(&rt.prof);
 }
 
+/* The KV store beside the log; without it routing is still captured. */
+static void open_kv_store(void)
+{
+	char path[PATH_MAX + 4];
+	struct wal_stats st;
+	struct wal_error err;
+
+	wal_stats(rt.wal, &st);
+	if (snprintf(path, sizeof path, "%s.kv", rt.cfg.wal_path) >= (int)sizeof path) {
+		rt_log(WAL_LOG_WARN, "KV store: the path %s.kv is too long; KV is not captured",
+		       rt.cfg.wal_path);
+		return;
+	}
+	if (kvs_open(path, st.log_id, rt.cfg.numa_node, st.open_window, &rt.kvs, &err) < 0) {
+		rt_log(WAL_LOG_WARN, "KV store: %s; KV is not captured", err.msg);
+		rt.kvs = NULL;
+	}
+}
+
 static int start(void)
 {
 	struct wal_options opt;
@@ -259,6 +285,7 @@ static int start(void)
 		give_up("cannot open the log: %s", werr.msg);
 		return 0;
 	}
+	open_kv_store();
 	pthread_atfork(NULL, NULL, after_fork_child);
 	crash_install(rt.wal);
 	atexit(summary);
@@ -303,6 +330,12 @@ static void log_alloc(const struct alloc_info *a)
 	at_to_record(a, &r);
 	rec_alloc_encode(buf, &r);
 	append(WAL_REC_ALLOC, buf, sizeof buf);
+}
+
+/* A new allocation: logged and counted. */
+static void log_new_alloc(const struct alloc_info *a)
+{
+	log_alloc(a);
 	atomic_fetch_add_explicit(&rt.n.allocs, 1, memory_order_relaxed);
 }
 
@@ -311,10 +344,14 @@ static void log_free(const struct alloc_info *a)
 	uint8_t buf[FREE_PAYLOAD_SIZE];
 	struct rec_free f = { .alloc_id = a->alloc_id, .base = a->base };
 
+	if (a->role == ALLOC_ROLE_KV_POOL)
+		snap_drop_pool(a->alloc_id);
 	rec_free_encode(buf, &f);
 	append(WAL_REC_FREE, buf, sizeof buf);
 	atomic_fetch_add_explicit(&rt.n.frees, 1, memory_order_relaxed);
 }
+
+static void pools_of_alloc(const struct alloc_info *a);
 
 static void log_begin(void)
 {
@@ -325,7 +362,7 @@ static void log_begin(void)
 static void commit(void)
 {
 	uint8_t extra[WINDOW_STEPS_SIZE];
-	struct rec_window_steps steps = { 0, 0, 0 };
+	struct rec_window_steps steps = { 0 };
 	int r;
 
 	if (rt.pending) {
@@ -383,10 +420,12 @@ void rt_alloc(unsigned api, uint64_t base, uint64_t size, uint64_t fingerprint)
 		r = at_insert(rt.at, base, size, api, fingerprint, &a);
 	}
 	if (r == 0)
-		log_alloc(&a);
+		log_new_alloc(&a);
 	else
 		table_failed(r);
 	log_end();
+	if (r == 0 && rt.cfg.kv_count)
+		pools_of_alloc(&a);
 }
 
 void rt_free(uint64_t base)
@@ -415,7 +454,7 @@ void rt_map(uint64_t va, uint64_t size, uint64_t handle, uint64_t fingerprint)
 		r = at_map(rt.at, va, size, handle, fingerprint, &a);
 	}
 	if (r == 0)
-		log_alloc(&a);
+		log_new_alloc(&a);
 	else
 		table_failed(r);
 	log_end();
@@ -433,41 +472,28 @@ void rt_unmap(uint64_t va, uint64_t size)
 	log_end();
 }
 
-/* ---- capture ------------------------------------------------------------- */
+/* ---- capture ----------------------------------------------------------- */
 
 /*
- * Routing capture (DESIGN.md, "Capture without synchronizing").  After a
- * launch that a routing rule hit, moeft_capture_append is enqueued on the
+ * Capture (DESIGN.md, "Capture without synchronizing").  After a launch
+ * that a routing rule hit, moeft_capture_append is enqueued on the
  * launch's stream: the GPU appends the ids to a ring in pinned, mapped host
- * memory, and a consumer thread drains it into the log.  Nothing waits for
- * the GPU, and inside a stream capture the append is recorded into the
- * graph like any launch, so it replays with it.
+ * memory, and a consumer thread drains it into windows (window.h).  Before
+ * a launch that starts a step (clock.h), a step marker goes the same way,
+ * and before the first step of a window the boundary (snapshot.h).
+ * Nothing waits for the GPU, and inside a stream capture the appends are
+ * recorded into the graph like any launch, so they replay with it.
  *
- * The device side opens at the first hit, not at start: only then is a
- * context sure to be current (start runs before the application's first
+ * The device side opens at the first rule hit, not at start: only then is
+ * a context sure to be current (start runs before the application's first
  * CUDA call reaches the driver).  The consumer thread starts with it.
- *
- * This round each entry becomes one ROUTING record: step is the append's
- * sequence number, layer CAP_LAYER_UNKNOWN; a window is committed every
- * CAP_WINDOW_ENTRIES entries and at exit.  Decode steps, layers and
- * MOEFT_WINDOW come next round.  A graph's appends carry the sequence
- * numbers of its capture on every replay: the log's order (per stream, the
- * order of execution) is what places them.
  */
 
 /* 4 MiB of ring: ~500 appends of 256 tokens x top-8, several decode steps
- * of a large model between two polls.  Full means drops (counted as gaps),
- * never waiting. */
+ * of a large model between two polls.  Full means drops (a gap in the
+ * window), never waiting. */
 #define CAP_RING_BYTES (UINT64_C(4) << 20)
 #define CAP_POLL_NS 1000000L
-#define CAP_WINDOW_ENTRIES 64
-#define CAP_LAYER_UNKNOWN UINT32_MAX
-
-/* An entry's tag: rule index, experts when the rule gives them (else 0),
- * and a 32-bit id of the stream. */
-#define CAP_TAG(rule, experts, stream) \
-	((uint64_t)(rule) << 48 | (uint64_t)(experts) << 32 | (stream))
-#define CAP_TAG_EXPERTS(tag) ((uint32_t)((tag) >> 32) & 0xffff)
 
 _Static_assert((int)RULE_I32 == (int)CAP_DT_I32 && (int)RULE_U32 == (int)CAP_DT_U32 &&
 	       (int)RULE_I64 == (int)CAP_DT_I64, "rule and capture element types agree");
@@ -477,59 +503,32 @@ static struct {
 	atomic_int on;           /* open and not failed */
 	uint64_t dev;            /* the device's address of the ring */
 	struct ring ring;        /* the consumer thread's, then the exit's */
-	uint8_t *rec;            /* a ROUTING record being built */
+	struct window_asm *wa;   /* the consumer thread's */
 	pthread_t thread;
 	atomic_bool stop;
-	atomic_ullong seq;       /* appends enqueued */
-} cap = { .once = PTHREAD_ONCE_INIT };
+	/* The step clock and the boundaries: under win_lock, which is taken
+	 * before log_lock when both are. */
+	pthread_mutex_t win_lock;
+	struct clock *clock;
+	uint64_t last_boundary;  /* first step of the open window */
+	unsigned kv_seen[CONFIG_KV_MAX]; /* allocations of each MOEFT_KV size */
+} cap = { .once = PTHREAD_ONCE_INIT, .win_lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void capture_off(const char *why)
 {
 	atomic_store_explicit(&cap.on, 0, memory_order_relaxed);
 	if (first_time(ONCE_CAPTURE))
-		rt_log(WAL_LOG_ERROR, "routing capture: %s; capture stopped, forwarding goes on",
-		       why);
-}
-
-/* One entry, one ROUTING record (ring_fn; the consumer's thread). */
-static void log_entry(void *arg, const struct cap_entry *e, const void *payload, size_t len)
-{
-	struct rec_routing r = {
-		.step = e->step, .layer = CAP_LAYER_UNKNOWN, .tokens = e->rows,
-		.k = (uint16_t)e->k, .id_bytes = 4, .experts = CAP_TAG_EXPERTS(e->tag),
-	};
-	const int32_t *ids = payload;
-	size_t i;
-
-	if (e->k > UINT16_MAX) {
-		atomic_fetch_add_explicit(&rt.n.cap_gaps, 1, memory_order_relaxed);
-		return;
-	}
-	/* Without the rule's count, the ids say at least this many (ids that
-	 * did not fit int32 read as CAP_ID_INVALID, i.e. 0xffffffff). */
-	for (i = 0; !r.experts && i < len / 4; i++)
-		if (ids[i] >= 0 && (uint32_t)ids[i] + 1 > r.experts)
-			r.experts = (uint32_t)ids[i] + 1;
-	rec_routing_encode(cap.rec, &r);
-	/* The ring holds native int32, the log little-endian: both are the
-	 * hosts CUDA runs on. */
-	memcpy(cap.rec + ROUTING_HDR_SIZE, payload, len);
-	log_begin();
-	append(WAL_REC_ROUTING, cap.rec, (uint32_t)(ROUTING_HDR_SIZE + len));
-	if (rt.pending >= CAP_WINDOW_ENTRIES)
-		commit();
-	pthread_mutex_unlock(&rt.log_lock);
-	atomic_fetch_add_explicit(&rt.n.cap_entries, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&rt.n.cap_ids, len / 4, memory_order_relaxed);
+		rt_log(WAL_LOG_ERROR, "capture: %s; capture stopped, forwarding goes on", why);
 }
 
 /* Deliver what is published: 0, or -1 when the ring is damaged. */
 static int drain(void)
 {
 	struct ring_gap gap;
-	long n = ring_poll(&cap.ring, log_entry, NULL, &gap);
+	long n = ring_poll(&cap.ring, wa_entry, cap.wa, &gap);
 
 	atomic_fetch_add_explicit(&rt.n.cap_gaps, gap.entries, memory_order_relaxed);
+	wa_gap(cap.wa, gap.entries);
 	if (n >= 0)
 		return 0;
 	capture_off("the ring holds damage");
@@ -545,27 +544,38 @@ static void *consumer(void *arg)
 	return NULL;
 }
 
+/* How long exit waits for the last boundary's snapshot to come through. */
+#define CAP_EXIT_WAIT_POLLS 1000
+
 /*
- * At exit: stop the consumer, deliver what the GPU has published and commit
- * it.  No device synchronisation: appends still queued behind unfinished
- * work are lost, as they would be in a crash.  The ring stays mapped (the
- * driver tears it down), since a GPU may still write into it.
+ * At exit: stop the consumer and deliver what the GPU has published, which
+ * commits the windows whose boundaries ran; for the last boundary, wait up
+ * to a second for moeft's own side stream (never for the application's
+ * work, and never with a device synchronize).  The open window stays
+ * uncommitted, as in a crash.  The ring stays mapped (the driver tears it
+ * down), since a GPU may still write into it.
  */
 static void capture_close(void)
 {
+	const struct timespec poll = { 0, CAP_POLL_NS };
+	int i;
+
 	if (atomic_load_explicit(&rt_state, memory_order_acquire) != RT_ACTIVE)
 		return;	/* a child of fork(): the thread is the parent's */
 	atomic_store_explicit(&cap.stop, 1, memory_order_release);
 	pthread_join(cap.thread, NULL);
-	if (atomic_load_explicit(&cap.on, memory_order_relaxed))
-		drain();
+	for (i = 0; i < CAP_EXIT_WAIT_POLLS && atomic_load_explicit(&cap.on, memory_order_relaxed);
+	     i++) {
+		if (drain() < 0 || !atomic_load_explicit(snap_busy(), memory_order_acquire))
+			break;
+		nanosleep(&poll, NULL);
+	}
 	atomic_store_explicit(&cap.on, 0, memory_order_relaxed);
-	log_begin();
-	log_end();
 }
 
 static void capture_open(void)
 {
+	struct wa_sink sink = { .wal = rt.wal, .kvs = rt.kvs, .log_lock = &rt.log_lock };
 	char why[256];
 	void *host;
 
@@ -574,7 +584,7 @@ static void capture_open(void)
 		return;
 	}
 	ring_init(&cap.ring, host, ring_size(CAP_RING_BYTES));
-	if (!(cap.rec = malloc(ROUTING_HDR_SIZE + CAP_RING_BYTES / 2))) {
+	if (!(cap.wa = wa_create(&sink)) || !(cap.clock = clk_create(rt.cfg.window))) {
 		capture_off("out of memory");
 		return;
 	}
@@ -584,39 +594,221 @@ static void capture_open(void)
 	}
 	atexit(capture_close);
 	atomic_store_explicit(&cap.on, 1, memory_order_release);
-	rt_log(WAL_LOG_DEBUG, "routing capture: a ring of %" PRIu64 " bytes", CAP_RING_BYTES);
+	rt_log(WAL_LOG_DEBUG, "capture: a ring of %" PRIu64 " bytes, window %u steps",
+	       CAP_RING_BYTES, rt.cfg.window);
 }
 
-/* Enqueue the append of a routing hit on the launch's stream. */
-static void capture_routing(int rule, const struct rule_hit *h, void *stream)
+static int capture_ready(void)
 {
-	struct cap_append_args a;
-	uintptr_t s = (uintptr_t)stream;
+	pthread_once(&cap.once, capture_open);
+	return atomic_load_explicit(&cap.on, memory_order_acquire);
+}
+
+/* Enqueue moeft_capture_append(*a) on stream: 0, or -1 (capture stopped). */
+static int append_on(void *stream, const struct cap_append_args *a)
+{
 	char why[64];
+	int r = rt_dev_append(stream, a);
+
+	if (r == 0)
+		return 0;
+	snprintf(why, sizeof why, "cannot launch the append (CUresult %d)", r);
+	capture_off(why);
+	return -1;
+}
+
+/* ---- KV pools ------------------------------------------------------------- */
+
+/* Chunks of `block` bytes, or fewer for a small pool. */
+static uint64_t chunk_for(uint64_t size, uint64_t block)
+{
+	uint64_t c = KVSNAP_MIN_CHUNK;
+
+	while (c < block && c < size)
+		c *= 2;
+	return c;
+}
+
+/* Make allocation a a KV pool tracked in chunks of `chunk` bytes: in the
+ * KV store, the snapshot list and the log (its ALLOC again, role KV pool);
+ * win_lock held. */
+static void add_pool(const struct alloc_info *a, uint64_t chunk)
+{
+	struct kvs_pool_desc d = { .fingerprint = a->fingerprint, .size = a->size,
+				   .chunk_bytes = chunk, .ordinal = a->ordinal };
+	struct alloc_info b;
+	uint32_t no;
 	int r;
 
-	pthread_once(&cap.once, capture_open);
-	if (!atomic_load_explicit(&cap.on, memory_order_acquire))
+	if (!rt.kvs || snap_has_pool(a->alloc_id))
 		return;
-	/* What cannot be described to the kernel is a gap, like a full ring. */
-	if (h->rows > UINT32_MAX || h->k > UINT32_MAX || h->stride > UINT32_MAX) {
-		atomic_fetch_add_explicit(&rt.n.cap_gaps, 1, memory_order_relaxed);
-		return;
+	log_begin();
+	r = kvs_pool(rt.kvs, &d, &no);
+	if (r == 0 && (r = snap_add_pool(a->alloc_id, a->base, a->size, chunk, no)) == 0 &&
+	    at_set_role(rt.at, a->alloc_id, ALLOC_ROLE_KV_POOL) == 0 &&
+	    at_find(rt.at, a->base, &b) == 0)
+		log_alloc(&b);
+	log_end();
+	if (r < 0 && first_time(ONCE_POOL))
+		rt_log(WAL_LOG_WARN, "KV pool of %" PRIu64 " bytes at 0x%" PRIx64 " not tracked: %s",
+		       a->size, a->base, r == WAL_EFULL ? "too many pools" : wal_strerror(r));
+	else if (r == 0)
+		rt_log(WAL_LOG_DEBUG, "KV pool %u: %" PRIu64 " bytes at 0x%" PRIx64 ", chunks of %"
+		       PRIu64, no, a->size, a->base, chunk);
+}
+
+/* The allocations a KV rule's pool pointers point into; win_lock held. */
+static void pools_of_hit(const struct rule_hit *h)
+{
+	struct alloc_info a;
+	unsigned i;
+
+	for (i = 0; i < h->npool; i++)
+		if (at_find(rt.at, h->pool[i], &a) == 0)
+			add_pool(&a, chunk_for(a.size, CONFIG_KV_BLOCK_DEFAULT));
+}
+
+/* A new allocation that a MOEFT_KV selector names is a pool. */
+static void pools_of_alloc(const struct alloc_info *a)
+{
+	unsigned i;
+
+	pthread_mutex_lock(&cap.win_lock);
+	for (i = 0; i < rt.cfg.kv_count; i++) {
+		const struct kv_selector *k = &rt.cfg.kv[i];
+
+		if (k->size != a->size)
+			continue;
+		if (k->ordinal < 0 || cap.kv_seen[i] == (unsigned)k->ordinal)
+			add_pool(a, k->block);
+		cap.kv_seen[i]++;
 	}
-	a.ring = (struct cap_ring *)(uintptr_t)cap.dev;
-	a.src = (const void *)(uintptr_t)h->ptr;
-	a.tag = CAP_TAG((unsigned)rule & 0xffff,
-			h->experts > 0 && h->experts <= 0xffff ? (unsigned)h->experts : 0,
-			(uint32_t)(s ^ s >> 32));
-	a.step = atomic_fetch_add_explicit(&cap.seq, 1, memory_order_relaxed);
-	a.rows = (uint32_t)h->rows;
-	a.k = (uint32_t)h->k;
-	a.stride = (uint32_t)h->stride;
-	a.dtype = (uint32_t)h->dtype;
-	if ((r = rt_dev_append(stream, &a)) != 0) {
-		snprintf(why, sizeof why, "cannot launch the append (CUresult %d)", r);
+	pthread_mutex_unlock(&cap.win_lock);
+}
+
+/* ---- steps and windows ---------------------------------------------------- */
+
+/* The process enters `step`, the first of a window: enqueue the boundary of
+ * the window that ended; win_lock held. */
+static void boundary(uint64_t step)
+{
+	uint64_t ids[CLK_MAX_LANES];
+	void *lanes[CLK_MAX_LANES];
+	unsigned n = clk_lanes(cap.clock, cap.last_boundary, ids, CLK_MAX_LANES), i;
+	char why[160];
+	int r;
+
+	for (i = 0; i < n; i++)
+		lanes[i] = (void *)(uintptr_t)ids[i];
+	r = snap_boundary(step, lanes, n, cap.dev, why, sizeof why);
+	if (r < 0) {
 		capture_off(why);
+		return;
 	}
+	if (r > 0) {
+		wa_set_stage(cap.wa, snap_stage(), snap_busy());
+		cap.last_boundary = step;
+	}
+}
+
+/* A step starts on stream, before the launch that starts it; win_lock held. */
+static void step_started(void *stream, const struct clk_tick *t)
+{
+	struct cap_append_args m = {
+		.ring = (struct cap_ring *)(uintptr_t)cap.dev,
+		.tag = WA_TAG(WA_RULE_MARKER, 0, wa_lane((uintptr_t)stream)),
+		.step = t->step, .dtype = CAP_DT_I32,
+	};
+
+	if (t->boundary)
+		boundary(t->step);
+	if (atomic_load_explicit(&cap.on, memory_order_relaxed))
+		append_on(stream, &m);
+}
+
+/* This thread's waits for the GPU, for the clock (its address is the
+ * thread's id there). */
+static _Thread_local uint64_t my_syncs __attribute__((tls_model("initial-exec")));
+
+void rt_sync(void)
+{
+	my_syncs++;
+}
+
+/* Move the clock for a launch of kind on stream: *t says where it falls. */
+static void tick(void *stream, int kind, uint64_t key, const struct rule_hit *h,
+		 struct clk_tick *t)
+{
+	int capturing = rt_dev_capturing(stream) == 1;
+	struct clk_thread th = { (uintptr_t)&my_syncs, my_syncs };
+
+	pthread_mutex_lock(&cap.win_lock);
+	if (h && h->kind == RULE_KV)
+		pools_of_hit(h);
+	if (clk_hit(cap.clock, (uintptr_t)stream, kind, key, capturing, &th, t) < 0) {
+		if (first_time(ONCE_LANES))
+			rt_log(WAL_LOG_WARN, "more than %u streams launch captured kernels; later "
+			       "ones are not captured", CLK_MAX_LANES);
+		t->layer = UINT32_MAX;
+	} else if (t->new_step && !capturing) {
+		step_started(stream, t);
+	}
+	pthread_mutex_unlock(&cap.win_lock);
+}
+
+/* A rule hit, before its launch: 1 when a routing capture must follow. */
+static int rule_hit(int rule, const struct rule_hit *h, void *stream, struct rt_after *after)
+{
+	static const int kinds[] = { [RULE_ROUTING] = CLK_ROUTING, [RULE_KV] = CLK_KV,
+				     [RULE_STEP] = CLK_MARKER };
+	uint64_t key = h->kind == RULE_KV && h->npool ? h->pool[0] : h->ptr;
+	struct clk_tick t;
+
+	if (!capture_ready())
+		return 0;
+	/* What cannot be described to the kernel is a gap, like a full ring. */
+	if (h->kind == RULE_ROUTING &&
+	    (h->rows > UINT32_MAX || h->k > UINT32_MAX || h->stride > UINT32_MAX ||
+	     rule >= WA_MAX_RULES)) {
+		atomic_fetch_add_explicit(&rt.n.cap_gaps, 1, memory_order_relaxed);
+		return 0;
+	}
+	tick(stream, kinds[h->kind], key, h, &t);
+	if (h->kind != RULE_ROUTING || t.layer == UINT32_MAX)
+		return 0;
+	after->rule = rule;
+	after->layer = t.layer;
+	after->stream = stream;
+	after->hit = *h;
+	return 1;
+}
+
+void rt_launch_after(const struct rt_after *x)
+{
+	const struct rule_hit *h = &x->hit;
+	struct cap_append_args a = {
+		.ring = (struct cap_ring *)(uintptr_t)cap.dev,
+		.src = (const void *)(uintptr_t)h->ptr,
+		.tag = WA_TAG((unsigned)x->rule,
+			      h->experts > 0 && h->experts <= 0xffff ? (unsigned)h->experts : 0,
+			      wa_lane((uintptr_t)x->stream)),
+		.step = x->layer,
+		.rows = (uint32_t)h->rows, .k = (uint32_t)h->k, .stride = (uint32_t)h->stride,
+		.dtype = (uint32_t)h->dtype,
+	};
+
+	if (atomic_load_explicit(&cap.on, memory_order_acquire))
+		append_on(x->stream, &a);
+}
+
+void rt_graph_launch(void *stream)
+{
+	struct clk_tick t;
+
+	atomic_fetch_add_explicit(&rt.n.graph_launches, 1, memory_order_relaxed);
+	/* Before any rule hit there is nothing a step could hold. */
+	if (atomic_load_explicit(&cap.on, memory_order_acquire))
+		tick(stream, CLK_GRAPH, 0, NULL, &t);
 }
 
 /* ---- launches ------------------------------------------------------------ */
@@ -675,7 +867,7 @@ static int first_launch(const struct rt_launch *l, struct kid_match **m)
 	return r;
 }
 
-void rt_launch(const struct rt_launch *l)
+int rt_launch(const struct rt_launch *l, struct rt_after *after)
 {
 	struct kid_match *m = l->match;
 	struct rule_hit hit;
@@ -685,22 +877,18 @@ void rt_launch(const struct rt_launch *l)
 	if (r == KID_UNKNOWN && l->func)
 		r = first_launch(l, &m);
 	if (r != KID_MATCH || !l->args || atomic_load_explicit(&m->off, memory_order_relaxed))
-		return;
+		return 0;
 	r = rule_eval(&rt.prof.rules[m->rule], l->args, m->sizes, m->nparams, l->grid,
 		      l->block, &hit);
 	if (r > 0) {
 		atomic_fetch_add_explicit(&rt.hits[m->rule], 1, memory_order_relaxed);
-		if (hit.kind == RULE_ROUTING)
-			capture_routing(m->rule, &hit, l->stream);
-	} else if (r < 0 && !atomic_exchange(&m->off, 1))
+		return rule_hit(m->rule, &hit, l->stream, after);
+	}
+	if (r < 0 && !atomic_exchange(&m->off, 1))
 		rt_log(WAL_LOG_WARN, "rule %s does not fit kernel %s (it reads a parameter "
 		       "the kernel lacks or holds a bad value); no longer evaluated for it",
 		       rule_label(m->rule, label, sizeof label), m->name);
-}
-
-void rt_graph_launch(void)
-{
-	atomic_fetch_add_explicit(&rt.n.graph_launches, 1, memory_order_relaxed);
+	return 0;
 }
 
 void rt_capture(int begin)
@@ -718,6 +906,8 @@ static void summary(void)
 {
 	char rules[512], label[64];
 	unsigned long long total = 0, h;
+	struct wa_stats win = { 0 };
+	uint64_t boundaries = 0, skipped = 0;
 	size_t used = 0;
 	unsigned i;
 
@@ -735,16 +925,26 @@ static void summary(void)
 			used += w > 0 ? (size_t)w : 0;
 		}
 	}
+	if (cap.wa)
+		wa_stats(cap.wa, &win);
+	snap_counts(&boundaries, &skipped);
 	if (used >= sizeof rules)
 		memcpy(rules + sizeof rules - 5, "...)", 5);
 	else if (used)
 		snprintf(rules + used, sizeof rules - used, ")");
 	rt_log(WAL_LOG_INFO, "summary: allocations=%llu frees=%llu live=%u windows=%llu "
 	       "launches=%llu graph_launches=%llu captures=%llu/%llu kernels=%u named=%u "
-	       "matched=%u rule_hits=%llu%s captured=%llu ids=%llu gaps=%llu",
+	       "matched=%u rule_hits=%llu%s captured=%llu gaps=%llu steps=%lld decode_windows=%llu "
+	       "routing=%llu unplaced=%llu kv_chunks=%llu kv_bytes=%llu boundaries=%llu "
+	       "skipped=%llu window_failures=%llu",
 	       LD(rt.n.allocs), LD(rt.n.frees), at_count(rt.at), LD(rt.n.windows),
 	       launches(), LD(rt.n.graph_launches), LD(rt.n.capture_begin),
 	       LD(rt.n.capture_end), kid_count(rt_kids), kid_named(rt_kids),
-	       kid_matched(rt_kids), total, rules, LD(rt.n.cap_entries), LD(rt.n.cap_ids),
-	       LD(rt.n.cap_gaps));
+	       kid_matched(rt_kids), total, rules, (unsigned long long)win.entries,
+	       LD(rt.n.cap_gaps),
+	       cap.clock ? (long long)clk_step(cap.clock) + 1 : 0LL,
+	       (unsigned long long)win.windows, (unsigned long long)win.routing,
+	       (unsigned long long)win.unplaced, (unsigned long long)win.kv_chunks,
+	       (unsigned long long)win.kv_bytes, (unsigned long long)boundaries,
+	       (unsigned long long)skipped, (unsigned long long)win.failures);
 }

@@ -18,6 +18,7 @@
 
 #include "capture.h"
 #include "kernel_id.h"
+#include "kvsnap.h"
 #include "profile.h"
 
 /* What the inline functions below read, owned by runtime.c: hidden, so
@@ -100,12 +101,21 @@ struct rt_launch {
 	struct kid_match *match;  /* and the match it set */
 };
 
+/* What a launch leaves for after it succeeded: the capture of a routing
+ * hit, which must follow the launch in its stream. */
+struct rt_after {
+	int rule;
+	uint32_t layer;
+	void *stream;
+	struct rule_hit hit;
+};
+
 /*
- * A kernel launch succeeded, while rt_enabled(): count it and return the
- * decision cached for func.  KID_NONE: no rule owns the kernel, and that
- * is all a launch of it costs.  Otherwise (KID_UNKNOWN, a first launch, or
- * KID_MATCH with *m set) describe the launch, with the decision, to
- * rt_launch.  Never locks, allocates or synchronises.
+ * A kernel is about to be launched, while rt_enabled(): count it and
+ * return the decision cached for func.  KID_NONE: no rule owns the kernel,
+ * and that is all a launch of it costs.  Otherwise (KID_UNKNOWN, a first
+ * launch, or KID_MATCH with *m set) describe the launch, with the
+ * decision, to rt_launch.  Never locks, allocates or synchronises.
  */
 static inline int rt_launch_seen(const void *func, struct kid_match **m)
 {
@@ -119,13 +129,22 @@ static inline int rt_launch_seen(const void *func, struct kid_match **m)
 	return kid_lookup(rt_kids, func, m);
 }
 
-/* The rest of a launch rt_launch_seen did not finish: name a kernel on its
- * handle's first launch (which locks and allocates), evaluate its rule. */
-void rt_launch(const struct rt_launch *l);
+/*
+ * The rest of a launch rt_launch_seen did not finish, before the launch:
+ * name a kernel on its handle's first launch (which locks and allocates),
+ * evaluate its rule, move the step clock (which may enqueue a window
+ * boundary and a step marker on the stream ahead of the launch).  Returns
+ * 1 when *after must go to rt_launch_after once the launch succeeded.
+ */
+int rt_launch(const struct rt_launch *l, struct rt_after *after);
+void rt_launch_after(const struct rt_after *after);
 
-/* A graph launch succeeded; a stream capture began or ended. */
-void rt_graph_launch(void);
+/* A graph is about to be launched on stream (a step starts there); a
+ * stream capture began or ended; the calling thread waited for the GPU
+ * (a stream, event or device synchronize returned). */
+void rt_graph_launch(void *stream);
 void rt_capture(int begin);
+void rt_sync(void);
 
 /*
  * The device side of capture, which the shim provides (shim/capture.c):
@@ -134,10 +153,21 @@ void rt_capture(int begin);
  * rt_dev_open loads moeft's kernels and allocates len bytes of pinned host
  * memory mapped for the device: 0 with *host and *dev (the device's
  * address of the same bytes), or -1 with one line in why.
- * rt_dev_append enqueues moeft_capture_append(*a) on stream, one block,
- * once rt_dev_open succeeded: 0, or the driver's error.
+ * The others return 0 or the driver's error (a CUresult), and need
+ * rt_dev_open to have succeeded.  rt_dev_append and rt_dev_snapshot
+ * enqueue moeft_capture_append(*a) (one block) and moeft_kv_snapshot(*a).
+ * rt_dev_capturing is 1 when stream is being captured into a graph, 0 when
+ * not, -1 when the driver cannot tell.
  */
 int rt_dev_open(size_t len, void **host, uint64_t *dev, char *why, size_t whylen);
 int rt_dev_append(void *stream, const struct cap_append_args *a);
+int rt_dev_snapshot(void *stream, const struct kv_snap_args *a);
+int rt_dev_capturing(void *stream);
+int rt_dev_host_alloc(size_t len, void **host, uint64_t *dev);
+void rt_dev_host_free(void *host);
+int rt_dev_stream(void **stream);     /* non-blocking */
+int rt_dev_event(void **event);       /* without timing */
+int rt_dev_record(void *event, void *stream);
+int rt_dev_wait(void *stream, void *event);
 
 #endif

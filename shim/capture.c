@@ -1,6 +1,7 @@
 /*
  * capture.c - the device side of capture: moeft's kernels as a module, the
- * ring's pinned memory, the append launch (declared in runtime.h).
+ * ring's pinned memory, the launches, and the streams, events and memory
+ * of window boundaries (the rt_dev_* calls of runtime.h).
  *
  * Everything goes through the real driver entry points, never through our
  * wrappers, so none of it is an application event.  The module comes from
@@ -20,7 +21,7 @@ extern const unsigned char moeft_capture_fatbin[];
 #endif
 
 static const char fixture_image[] =
-	FIXTURE_MODULE_IMAGE("moeft_capture_append\0" "moeft_kv_mark_dirty\0");
+	FIXTURE_MODULE_IMAGE("moeft_capture_append\0" "moeft_kv_snapshot\0");
 
 static const void *const images[] = {
 #ifdef MOEFT_CAPTURE_FATBIN
@@ -29,7 +30,8 @@ static const void *const images[] = {
 	fixture_image,
 };
 
-static CUfunction append_fn;	/* written once, before the ring is published */
+/* Written once, before the ring is published. */
+static CUfunction append_fn, snapshot_fn;
 
 /* Set the function pointer at fn to the real id: 1, or 0 when there is
  * none (ISO C has no cast from void * to a function pointer). */
@@ -69,7 +71,8 @@ static CUresult load(const char **what)
 	if (r != CUDA_SUCCESS)
 		return r;
 	*what = "cuModuleGetFunction";
-	if ((r = get(&append_fn, m, "moeft_capture_append")) != CUDA_SUCCESS)
+	if ((r = get(&append_fn, m, "moeft_capture_append")) != CUDA_SUCCESS ||
+	    (r = get(&snapshot_fn, m, "moeft_kv_snapshot")) != CUDA_SUCCESS)
 		return r;
 	/* Drivers before 12.4 cannot tell: trust the image then. */
 	*what = "cuFuncGetParamInfo";
@@ -77,11 +80,14 @@ static CUresult load(const char **what)
 		return CUDA_SUCCESS;
 	if ((r = param(append_fn, 0, &off, &size)) != CUDA_SUCCESS)
 		return r;
-	return size == sizeof(struct cap_append_args) ? CUDA_SUCCESS
-						       : CUDA_ERROR_INVALID_IMAGE;
+	if (size != sizeof(struct cap_append_args))
+		return CUDA_ERROR_INVALID_IMAGE;
+	if ((r = param(snapshot_fn, 0, &off, &size)) != CUDA_SUCCESS)
+		return r;
+	return size == sizeof(struct kv_snap_args) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_IMAGE;
 }
 
-static CUresult map_ring(size_t len, void **host, uint64_t *dev, const char **what)
+int rt_dev_host_alloc(size_t len, void **host, uint64_t *dev)
 {
 	__typeof__(&cuMemHostAlloc) alloc;
 	__typeof__(&cuMemHostGetDevicePointer_v2) devptr;
@@ -89,21 +95,27 @@ static CUresult map_ring(size_t len, void **host, uint64_t *dev, const char **wh
 	CUdeviceptr d;
 	CUresult r;
 
-	*what = "cuMemHostAlloc";
 	if (!REAL(alloc, cuMemHostAlloc) || !REAL(devptr, cuMemHostGetDevicePointer_v2) ||
 	    !REAL(release, cuMemFreeHost))
 		return CUDA_ERROR_NOT_FOUND;
-	/* PORTABLE: every context may launch an append into it. */
+	/* PORTABLE: every context may launch into it. */
 	r = alloc(host, len, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
 	if (r != CUDA_SUCCESS)
 		return r;
-	*what = "cuMemHostGetDevicePointer";
 	if ((r = devptr(&d, *host, 0)) != CUDA_SUCCESS) {
 		release(*host);
 		return r;
 	}
 	*dev = d;
 	return CUDA_SUCCESS;
+}
+
+void rt_dev_host_free(void *host)
+{
+	__typeof__(&cuMemFreeHost) release;
+
+	if (REAL(release, cuMemFreeHost))
+		release(host);
 }
 
 int rt_dev_open(size_t len, void **host, uint64_t *dev, char *why, size_t whylen)
@@ -121,8 +133,10 @@ int rt_dev_open(size_t len, void **host, uint64_t *dev, char *why, size_t whylen
 	 */
 	if (REAL(exchange, cuThreadExchangeStreamCaptureMode))
 		relaxed = exchange(&mode) == CUDA_SUCCESS;
-	if ((r = load(&what)) == CUDA_SUCCESS)
-		r = map_ring(len, host, dev, &what);
+	if ((r = load(&what)) == CUDA_SUCCESS) {
+		what = "allocating the ring";
+		r = rt_dev_host_alloc(len, host, dev);
+	}
 	if (relaxed)
 		exchange(&mode);
 	if (r != CUDA_SUCCESS)
@@ -139,4 +153,66 @@ int rt_dev_append(void *stream, const struct cap_append_args *a)
 		return CUDA_ERROR_NOT_FOUND;
 	return launch(append_fn, 1, 1, 1, CAP_APPEND_THREADS, 1, 1, 0, (CUstream)stream, params,
 		      NULL);
+}
+
+/* One block per chunk at a time: enough blocks to fill a large GPU. */
+#define SNAPSHOT_BLOCKS 1024u
+
+int rt_dev_snapshot(void *stream, const struct kv_snap_args *a)
+{
+	__typeof__(&cuLaunchKernel) launch;
+	uint64_t chunks = (a->bytes + a->chunk_bytes - 1) / a->chunk_bytes;
+	void *params[] = { (void *)a };
+
+	if (!REAL(launch, cuLaunchKernel))
+		return CUDA_ERROR_NOT_FOUND;
+	return launch(snapshot_fn, chunks < SNAPSHOT_BLOCKS ? (unsigned)chunks : SNAPSHOT_BLOCKS,
+		      1, 1, KVSNAP_THREADS, 1, 1, 0, (CUstream)stream, params, NULL);
+}
+
+int rt_dev_capturing(void *stream)
+{
+	__typeof__(&cuStreamIsCapturing) is_capturing;
+	CUstreamCaptureStatus st;
+
+	if (!REAL(is_capturing, cuStreamIsCapturing) ||
+	    is_capturing((CUstream)stream, &st) != CUDA_SUCCESS)
+		return -1;
+	return st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+int rt_dev_stream(void **stream)
+{
+	__typeof__(&cuStreamCreate) create;
+
+	if (!REAL(create, cuStreamCreate))
+		return CUDA_ERROR_NOT_FOUND;
+	return create((CUstream *)stream, CU_STREAM_NON_BLOCKING);
+}
+
+int rt_dev_event(void **event)
+{
+	__typeof__(&cuEventCreate) create;
+
+	if (!REAL(create, cuEventCreate))
+		return CUDA_ERROR_NOT_FOUND;
+	return create((CUevent *)event, CU_EVENT_DISABLE_TIMING);
+}
+
+int rt_dev_record(void *event, void *stream)
+{
+	__typeof__(&cuEventRecord) record;
+
+	if (!REAL(record, cuEventRecord))
+		return CUDA_ERROR_NOT_FOUND;
+	return record((CUevent)event, (CUstream)stream);
+}
+
+int rt_dev_wait(void *stream, void *event)
+{
+	__typeof__(&cuStreamWaitEvent) wait;
+
+	if (!REAL(wait, cuStreamWaitEvent))
+		return CUDA_ERROR_NOT_FOUND;
+	return wait((CUstream)stream, (CUevent)event, 0);
 }

@@ -115,6 +115,13 @@ static int identify(int kind, const void *func, struct rt_kernel_desc *d)
 
 /* ---- event handlers ------------------------------------------------------ */
 
+/*
+ * What a launch leaves for after it succeeded (rt_launch's *after), held
+ * by the launching thread: a depth-0 launch never nests in another.
+ */
+static _Thread_local struct rt_after launch_after __attribute__((tls_model("initial-exec")));
+static _Thread_local int launch_armed __attribute__((tls_model("initial-exec")));
+
 /* What rt_launch_seen left to do: a handle's first launch, or a launch of
  * a kernel that a rule owns.  Only these pay for describing the launch. */
 static void launch_rest(int cached, struct kid_match *m, int kind, const void *func,
@@ -127,11 +134,11 @@ static void launch_rest(int cached, struct kid_match *m, int kind, const void *f
 		.cached = cached, .match = m,
 	};
 
-	rt_launch(&l);
+	launch_armed = rt_launch(&l, &launch_after);
 }
 
-/* A launch succeeded; one of a kernel that no rule owns ends at
- * rt_launch_seen. */
+/* A launch, before and after the real one.  One of a kernel that no rule
+ * owns ends at rt_launch_seen before, and at one thread-local load after. */
 static inline void launched(const struct shim_call *c, int kind, const void *func, unsigned gx,
 			    unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 			    void **args, void *stream)
@@ -139,9 +146,14 @@ static inline void launched(const struct shim_call *c, int kind, const void *fun
 	struct kid_match *m = NULL;
 	int cached;
 
-	if (c->phase == SHIM_POST && c->status == 0 &&
-	    (cached = rt_launch_seen(func, &m)) != KID_NONE)
-		launch_rest(cached, m, kind, func, gx, gy, gz, bx, by, bz, args, stream);
+	if (c->phase == SHIM_PRE) {
+		if ((cached = rt_launch_seen(func, &m)) != KID_NONE)
+			launch_rest(cached, m, kind, func, gx, gy, gz, bx, by, bz, args, stream);
+	} else if (launch_armed) {
+		launch_armed = 0;
+		if (c->status == 0)
+			rt_launch_after(&launch_after);
+	}
 }
 
 #define OK_AFTER(c) ((c)->phase == SHIM_POST && (c)->status == 0)
@@ -251,10 +263,15 @@ static void ev_cudaLaunchKernelExC_ptsz(const struct shim_call *c,
 static void ev_cudaGraphLaunch(const struct shim_call *c, cudaGraphExec_t graphExec,
 			       cudaStream_t stream)
 {
-	if (OK_AFTER(c))
-		rt_graph_launch();
+	if (c->phase == SHIM_PRE)
+		rt_graph_launch(stream);
 }
-#define ev_cudaGraphLaunch_ptsz ev_cudaGraphLaunch
+
+static void ev_cudaGraphLaunch_ptsz(const struct shim_call *c, cudaGraphExec_t graphExec,
+				    cudaStream_t stream)
+{
+	ev_cudaGraphLaunch(c, graphExec, ptsz(stream));
+}
 
 static void ev_cudaStreamBeginCapture(const struct shim_call *c, cudaStream_t stream,
 				      enum cudaStreamCaptureMode mode)
@@ -271,6 +288,33 @@ static void ev_cudaStreamEndCapture(const struct shim_call *c, cudaStream_t stre
 		rt_capture(0);
 }
 #define ev_cudaStreamEndCapture_ptsz ev_cudaStreamEndCapture
+
+/* A host wait that returned: the thread has what it waited for. */
+static void ev_cudaStreamSynchronize(const struct shim_call *c, cudaStream_t stream)
+{
+	if (OK_AFTER(c))
+		rt_sync();
+}
+#define ev_cudaStreamSynchronize_ptsz ev_cudaStreamSynchronize
+
+static void ev_cudaEventSynchronize(const struct shim_call *c, cudaEvent_t event)
+{
+	if (OK_AFTER(c))
+		rt_sync();
+}
+
+static void ev_cuStreamSynchronize(const struct shim_call *c, CUstream hStream)
+{
+	if (OK_AFTER(c))
+		rt_sync();
+}
+#define ev_cuStreamSynchronize_ptsz ev_cuStreamSynchronize
+
+static void ev_cuEventSynchronize(const struct shim_call *c, CUevent hEvent)
+{
+	if (OK_AFTER(c))
+		rt_sync();
+}
 
 static void ev_cuMemAlloc_v2(const struct shim_call *c, CUdeviceptr *dptr, size_t bytesize)
 {
@@ -364,10 +408,15 @@ static void ev_cuLaunchKernelEx_ptsz(const struct shim_call *c, const CUlaunchCo
 
 static void ev_cuGraphLaunch(const struct shim_call *c, CUgraphExec hGraphExec, CUstream hStream)
 {
-	if (OK_AFTER(c))
-		rt_graph_launch();
+	if (c->phase == SHIM_PRE)
+		rt_graph_launch(hStream);
 }
-#define ev_cuGraphLaunch_ptsz ev_cuGraphLaunch
+
+static void ev_cuGraphLaunch_ptsz(const struct shim_call *c, CUgraphExec hGraphExec,
+				  CUstream hStream)
+{
+	ev_cuGraphLaunch(c, hGraphExec, ptsz(hStream));
+}
 
 /* Hand out our wrapper of the variant the driver returned (real.c). */
 static void ev_cuGetProcAddress(const struct shim_call *c, const char *symbol, void **pfn,

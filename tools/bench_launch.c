@@ -210,6 +210,16 @@ fail:
  * into *wall.  0, or -1 with c->msg set.  The log of a preloaded run is
  * removed before and after it.
  */
+/* The log of a run under the preload, and its KV store beside it. */
+static void remove_log(const struct ctx *c)
+{
+	char kv[PATH_LEN + 3];
+
+	unlink(c->wal);
+	snprintf(kv, sizeof kv, "%s.kv", c->wal);
+	unlink(kv);
+}
+
 static int run(struct ctx *c, char *const argv[], int preload, char *out, size_t outlen,
 	       double *wall)
 {
@@ -220,7 +230,7 @@ static int run(struct ctx *c, char *const argv[], int preload, char *out, size_t
 	pid_t pid;
 
 	if (preload)
-		unlink(c->wal);
+		remove_log(c);
 	if (out ? pipe2(fd, O_CLOEXEC) < 0 : (fd[0] = open("/dev/null", O_WRONLY | O_CLOEXEC)) < 0) {
 		snprintf(c->msg, sizeof c->msg, "%s: cannot make its stdout: %s", argv[0],
 			 strerror(errno));
@@ -256,7 +266,7 @@ static int run(struct ctx *c, char *const argv[], int preload, char *out, size_t
 		}
 	*wall = now() - t;
 	if (preload)
-		unlink(c->wal);
+		remove_log(c);
 	if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 		char how[64];
 

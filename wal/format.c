@@ -42,7 +42,7 @@ int sb_decode(const uint8_t in[SB_SIZE], struct sb *sb)
 	return 0;
 }
 
-static uint32_t id_crc(uint64_t log_id)
+uint32_t log_id_crc(uint64_t log_id)
 {
 	uint8_t b[8];
 
@@ -58,12 +58,12 @@ void ckpt_encode(uint8_t out[CKPT_SIZE], const struct ckpt *c, uint64_t log_id)
 	put64(out + 16, c->tail_pos);
 	put64(out + 24, c->tail_lsn);
 	put64(out + 32, c->tail_window);
-	put32(out + CKPT_CRC_OFF, crc32c(id_crc(log_id), out, CKPT_CRC_OFF));
+	put32(out + CKPT_CRC_OFF, crc32c(log_id_crc(log_id), out, CKPT_CRC_OFF));
 }
 
 int ckpt_decode(const uint8_t in[CKPT_SIZE], struct ckpt *c, uint64_t log_id)
 {
-	if (crc32c(id_crc(log_id), in, CKPT_CRC_OFF) != get32(in + CKPT_CRC_OFF))
+	if (crc32c(log_id_crc(log_id), in, CKPT_CRC_OFF) != get32(in + CKPT_CRC_OFF))
 		return 0;
 	c->gen = get64(in);
 	c->epoch = get32(in + 8);
@@ -78,7 +78,7 @@ static uint64_t commit_check(uint64_t lsn, uint64_t log_id)
 	uint8_t b[8];
 
 	put64(b, lsn);
-	return (uint64_t)(crc32c(id_crc(log_id), b, sizeof b) >> 16);
+	return (uint64_t)(crc32c(log_id_crc(log_id), b, sizeof b) >> 16);
 }
 
 uint64_t commit_word_encode(uint64_t lsn, uint64_t log_id)
@@ -102,7 +102,7 @@ uint32_t rec_seed(uint64_t log_id, uint32_t epoch)
 	uint8_t b[4];
 
 	put32(b, epoch);
-	return crc32c(id_crc(log_id), b, sizeof b);
+	return crc32c(log_id_crc(log_id), b, sizeof b);
 }
 
 uint32_t rec_crc_finish(uint32_t payload_crc, const uint8_t hdr[REC_HDR_SIZE])

@@ -111,6 +111,10 @@ int ckpt_decode(const uint8_t in[CKPT_SIZE], struct ckpt *c, uint64_t log_id); /
 uint64_t commit_word_encode(uint64_t lsn, uint64_t log_id);
 int commit_word_decode(uint64_t word, uint64_t log_id, uint64_t *lsn); /* 1 valid, 0 not */
 
+/* crc(0, log_id): seeds every CRC of a log (and of its KV store) but the
+ * superblock's, so structures of another log never verify. */
+uint32_t log_id_crc(uint64_t log_id);
+
 /* Seed of every record CRC of one log and epoch: a reused region or a
  * reformatted log never validates an old record. */
 uint32_t rec_seed(uint64_t log_id, uint32_t epoch);

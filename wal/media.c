@@ -1,12 +1,13 @@
 /*
- * media.c - open, size, lock, map and NUMA-bind the medium under a log,
- * and make stores to it durable.  See media.h.
+ * media.c - open, size, lock, map and NUMA-bind the medium under a log
+ * (or the KV store, a file mapped in parts), and make stores to it
+ * durable.  See media.h.
  *
  * Order of an open matters: lock before any creation or extension (so two
  * writers never both format), map and bind before the pages are reserved
  * (so a tmpfs file gets its pages on the bound node), reserve with
  * posix_fallocate (so a full tmpfs fails here instead of with SIGBUS on
- * some later store).
+ * some later store).  A part added to a file later follows the same order.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -92,22 +93,31 @@ int media_numa_node_cpuless(int node)
 	return rc;
 }
 
-/* Bind the whole mapping to `node`: every page allocated from now on comes
- * from it.  Pages an existing file already has stay where they are. */
-static int bind_node(struct media *m, const char *path, int node, struct wal_error *err)
+/* Bind [p, p+len) to `node`: every page allocated there from now on comes
+ * from it.  Pages a file already has stay where they are. */
+static int bind_range(const char *path, void *p, uint64_t len, int node, struct wal_error *err)
 {
 	struct bitmask *mask = numa_allocate_nodemask();
 	long rc;
 	int e;
 
 	numa_bitmask_setbit(mask, (unsigned)node);
-	rc = mbind(m->base, m->size, MPOL_BIND, mask->maskp, mask->size + 1,
-		   MPOL_MF_MOVE);
+	rc = mbind(p, len, MPOL_BIND, mask->maskp, mask->size + 1, MPOL_MF_MOVE);
 	e = errno;
 	numa_bitmask_free(mask);
 	if (rc < 0)
 		return wal_fail(err, WAL_ENUMA, "%s: binding %llu bytes to NUMA node %d: %s",
-				path, (unsigned long long)m->size, node, strerror(e));
+				path, (unsigned long long)len, node, strerror(e));
+	return 0;
+}
+
+/* Bind the first mapping, and say what kind of node it went to. */
+static int bind_node(struct media *m, const char *path, int node, struct wal_error *err)
+{
+	int rc = bind_range(path, m->base, m->size, node, err);
+
+	if (rc < 0)
+		return rc;
 	m->numa_node = node;
 	if (media_numa_node_cpuless(node) == 1)
 		wal_logf(WAL_LOG_INFO, "%s: bound to NUMA node %d; node %d has no CPUs: "
@@ -124,7 +134,7 @@ static int bind_node(struct media *m, const char *path, int node, struct wal_err
 static int open_locked(struct media *m, const char *path, int mode, unsigned flags,
 		       struct wal_error *err)
 {
-	int wr = mode == MEDIA_WRITE;
+	int wr = mode != MEDIA_READ;
 
 	for (;;) {
 		m->fd = open(path, (wr ? O_RDWR : O_RDONLY) | O_CLOEXEC);
@@ -203,85 +213,111 @@ static int size_devdax(struct media *m, const char *path, const struct stat *st,
 	return 0;
 }
 
-/* A regular file keeps its size; an empty one is grown to `size` later. */
+/*
+ * A regular file keeps its size; an empty one is grown to `size` later.  A
+ * file mapped in parts maps its first `size` bytes; one shorter than that
+ * holds no whole first part and is emptied and grown like an empty one.
+ */
 static int size_file(struct media *m, const char *path, int mode, uint64_t size,
 		     const struct stat *st, struct wal_error *err)
 {
-	if (st->st_size > 0) {
-		m->size = (uint64_t)st->st_size;
+	uint64_t have = (uint64_t)st->st_size;
+	unsigned min = mode == MEDIA_PARTS ? MEDIA_PAGE : MEDIA_MIN_SIZE;
+
+	if (have && (mode != MEDIA_PARTS || have >= size)) {
+		m->size = mode == MEDIA_PARTS ? size : have;
 		return 0;
 	}
 	if (mode == MEDIA_READ)
 		return wal_fail(err, WAL_ENOTLOG, "%s: empty file, not a moeft log", path);
-	if (size < MEDIA_MIN_SIZE || size % MEDIA_PAGE)
+	if (size < min || size % MEDIA_PAGE)
 		return wal_fail(err, WAL_EINVAL,
 				"%s: log size %llu is invalid: must be a multiple of %u "
 				"and at least %u bytes", path, (unsigned long long)size,
-				MEDIA_PAGE, MEDIA_MIN_SIZE);
+				MEDIA_PAGE, min);
+	if (have && ftruncate(m->fd, 0) < 0)
+		return wal_fail(err, WAL_EIO, "%s: truncating: %s", path, strerror(errno));
 	m->size = size;
 	m->created = 1;
 	return 0;
 }
 
-static int map_shared(struct media *m, const char *path, int prot, struct wal_error *err)
+static int map_at(const char *path, int prot, int flags, int fd, uint64_t off, uint64_t len,
+		  uint8_t **out, struct wal_error *err)
 {
-	void *p = mmap(NULL, m->size, prot, MAP_SHARED, m->fd, 0);
+	void *p = mmap(NULL, len, prot, flags, fd, (off_t)off);
 
 	if (p == MAP_FAILED)
 		return wal_fail(err, WAL_EIO, "%s: mmap %llu bytes: %s", path,
-				(unsigned long long)m->size, strerror(errno));
-	m->base = p;
+				(unsigned long long)len, strerror(errno));
+	*out = p;
 	return 0;
 }
 
 /*
- * tmpfs and ramfs are plain shared memory.  Elsewhere a writer asks for
- * MAP_SYNC, which only a DAX filesystem grants; without it stores survive
- * the death of the process but not the loss of power.
+ * Map len bytes at off.  The first map of a file picks its kind: tmpfs
+ * and ramfs are plain shared memory; elsewhere a writer asks for MAP_SYNC,
+ * which only a DAX filesystem grants; without it stores survive the death
+ * of the process but not the loss of power.  Later parts follow the
+ * first, and a device-DAX node (its kind known from sysfs) maps shared.
  */
-static int map_file(struct media *m, const char *path, int mode, struct wal_error *err)
+static int map_file(struct media *m, const char *path, int mode, uint64_t off, uint64_t len,
+		    uint8_t **out, struct wal_error *err)
 {
+	int prot = mode == MEDIA_READ ? PROT_READ : PROT_READ | PROT_WRITE;
 	struct statfs sf;
 	void *p;
 
+	if (m->kind)
+		return map_at(path, prot, m->kind == WAL_MEDIA_DAXFILE ?
+			      MAP_SHARED_VALIDATE | MAP_SYNC : MAP_SHARED, m->fd, off, len, out, err);
 	if (fstatfs(m->fd, &sf) < 0)
 		return wal_fail(err, WAL_EIO, "%s: fstatfs: %s", path, strerror(errno));
 	m->kind = WAL_MEDIA_SHM;
-	if (mode == MEDIA_READ)
-		return map_shared(m, path, PROT_READ, err);
-	if (sf.f_type != TMPFS_MAGIC && sf.f_type != RAMFS_MAGIC) {
-		p = mmap(NULL, m->size, PROT_READ | PROT_WRITE,
-			 MAP_SHARED_VALIDATE | MAP_SYNC, m->fd, 0);
+	if (mode != MEDIA_READ && sf.f_type != TMPFS_MAGIC && sf.f_type != RAMFS_MAGIC) {
+		p = mmap(NULL, len, prot, MAP_SHARED_VALIDATE | MAP_SYNC, m->fd, (off_t)off);
 		if (p != MAP_FAILED) {
-			m->base = p;
+			*out = p;
 			m->kind = WAL_MEDIA_DAXFILE;
 			m->flush = 1;
 			return 0;
 		}
 		if (errno != EOPNOTSUPP && errno != EINVAL)
 			return wal_fail(err, WAL_EIO, "%s: mmap %llu bytes: %s", path,
-					(unsigned long long)m->size, strerror(errno));
+					(unsigned long long)len, strerror(errno));
 		wal_logf(WAL_LOG_INFO, "%s: not on a DAX filesystem (MAP_SYNC: %s); "
 			 "using MAP_SHARED, durable against process death, not power loss",
 			 path, strerror(errno));
 	}
-	return map_shared(m, path, PROT_READ | PROT_WRITE, err);
+	return map_at(path, prot, MAP_SHARED, m->fd, off, len, out, err);
 }
 
-/* Give a new (or empty) file its blocks now, so running out shows here. */
-static int reserve_file(struct media *m, const char *path, struct wal_error *err)
+/* Give [off, off+len) its blocks now, so running out shows here; on
+ * failure the file ends at off again. */
+static int reserve_range(const struct media *m, const char *path, uint64_t off, uint64_t len,
+			 struct wal_error *err)
 {
-	int e = posix_fallocate(m->fd, 0, (off_t)m->size);
+	int e = posix_fallocate(m->fd, (off_t)off, (off_t)len);
 
 	if (e == EOPNOTSUPP)
-		e = ftruncate(m->fd, (off_t)m->size) < 0 ? errno : 0;
+		e = ftruncate(m->fd, (off_t)(off + len)) < 0 ? errno : 0;
 	if (!e)
 		return 0;
-	/* A partial reservation may have grown the file: leave it empty. */
-	if (ftruncate(m->fd, 0) < 0)
-		wal_logf(WAL_LOG_WARN, "%s: truncating back to 0: %s", path, strerror(errno));
+	/* A partial reservation may have grown the file: cut it back. */
+	if (ftruncate(m->fd, (off_t)off) < 0)
+		wal_logf(WAL_LOG_WARN, "%s: truncating back to %llu: %s", path,
+			 (unsigned long long)off, strerror(errno));
 	return wal_fail(err, WAL_EIO, "%s: cannot reserve %llu bytes: %s", path,
-			(unsigned long long)m->size, strerror(e));
+			(unsigned long long)len, strerror(e));
+}
+
+static int not_regular(const char *path, int mode, struct wal_error *err)
+{
+	if (mode == MEDIA_PARTS)
+		return wal_fail(err, WAL_EINVAL, "%s: not a regular file (only a file on tmpfs "
+				"or a DAX filesystem can be mapped in parts, not a device-DAX node)",
+				path);
+	return wal_fail(err, WAL_EINVAL, "%s: not a regular file or a device-DAX node", path);
 }
 
 int media_open(struct media *m, const char *path, int mode, uint64_t size,
@@ -291,33 +327,30 @@ int media_open(struct media *m, const char *path, int mode, uint64_t size,
 	int made, rc;
 
 	media_reset(m);
-	if (mode != MEDIA_READ && mode != MEDIA_WRITE)
+	if (mode != MEDIA_READ && mode != MEDIA_WRITE && mode != MEDIA_PARTS)
 		return wal_fail(err, WAL_EINVAL, "%s: bad open mode %d", path, mode);
 	if (numa_node >= 0 && (rc = check_node(numa_node, path, err)) < 0)
 		return rc;
 	/* Refuse directories and FIFOs before open() could block on one. */
-	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode))
-		return wal_fail(err, WAL_EINVAL,
-				"%s: not a regular file or a device-DAX node", path);
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) &&
+	    (!S_ISCHR(st.st_mode) || mode == MEDIA_PARTS))
+		return not_regular(path, mode, err);
 
 	rc = open_locked(m, path, mode, flags, err);
 	made = m->created;
 	if (!rc && fstat(m->fd, &st) < 0)
 		rc = wal_fail(err, WAL_EIO, "%s: fstat: %s", path, strerror(errno));
-	if (!rc && S_ISCHR(st.st_mode)) {
-		rc = size_devdax(m, path, &st, err);
-		if (!rc)
-			rc = map_shared(m, path, mode == MEDIA_WRITE ?
-					PROT_READ | PROT_WRITE : PROT_READ, err);
-	} else if (!rc) {
-		rc = size_file(m, path, mode, size, &st, err);
-		if (!rc)
-			rc = map_file(m, path, mode, err);
-	}
+	if (!rc && mode == MEDIA_PARTS && !S_ISREG(st.st_mode))
+		rc = not_regular(path, mode, err); /* replaced since the stat() */
+	if (!rc)
+		rc = S_ISCHR(st.st_mode) ? size_devdax(m, path, &st, err) :
+					   size_file(m, path, mode, size, &st, err);
+	if (!rc)
+		rc = map_file(m, path, mode, 0, m->size, &m->base, err);
 	if (!rc && numa_node >= 0)
 		rc = bind_node(m, path, numa_node, err);
 	if (!rc && m->created)
-		rc = reserve_file(m, path, err);
+		rc = reserve_range(m, path, 0, m->size, err);
 	if (rc < 0) {
 		if (made)
 			unlink(path); /* still under our lock */
@@ -339,6 +372,42 @@ void media_close(struct media *m)
 		close(m->fd);
 	}
 	media_reset(m);
+}
+
+/* ---- A file mapped in parts ------------------------------------------ */
+
+int media_cut(const struct media *m, const char *path, uint64_t size, struct wal_error *err)
+{
+	if (size > INT64_MAX || ftruncate(m->fd, (off_t)size) < 0)
+		return wal_fail(err, WAL_EIO, "%s: truncating to %llu bytes: %s", path,
+				(unsigned long long)size, size > INT64_MAX ? "too large" : strerror(errno));
+	return 0;
+}
+
+int media_map(struct media *m, const char *path, uint64_t off, uint64_t len, int grow,
+	      uint8_t **out, struct wal_error *err)
+{
+	int rc;
+
+	*out = NULL;
+	if (!len || off % MEDIA_PAGE || off > INT64_MAX || len > INT64_MAX - off)
+		return wal_fail(err, WAL_EINVAL, "%s: cannot map %llu bytes at %llu", path,
+				(unsigned long long)len, (unsigned long long)off);
+	rc = grow ? media_cut(m, path, off, err) : 0;
+	if (!rc)
+		rc = map_file(m, path, MEDIA_PARTS, off, len, out, err);
+	if (!rc && m->numa_node >= 0)
+		rc = bind_range(path, *out, len, m->numa_node, err);
+	if (!rc && grow)
+		rc = reserve_range(m, path, off, len, err);
+	/* The new size is durable before anything can refer to it. */
+	if (!rc && grow && fdatasync(m->fd) < 0)
+		rc = wal_fail(err, WAL_EIO, "%s: fdatasync: %s", path, strerror(errno));
+	if (rc < 0 && *out) {
+		munmap(*out, len);
+		*out = NULL;
+	}
+	return rc;
 }
 
 /* ---- Persistence ------------------------------------------------------ */

@@ -6,6 +6,10 @@
  * MAP_SYNC, which falls back to MAP_SHARED with a logged reason), and a
  * device-DAX node (/dev/daxX.Y: MAP_SHARED, size from sysfs, 2 MiB aligned,
  * never truncated).  Files are created with mode 0600.
+ *
+ * The KV store beside a log is a regular file mapped in parts (MEDIA_PARTS):
+ * it grows by whole parts, each mapped on its own, so a mapping never
+ * moves and no pointer into one goes stale.
  */
 #ifndef MOEFT_MEDIA_H
 #define MOEFT_MEDIA_H
@@ -20,26 +24,44 @@ struct media {
 	int kind;        /* enum wal_media */
 	int numa_node;   /* -1: not bound */
 	int flush;       /* nonzero: stores must be flushed (clwb) to persist */
-	uint8_t *base;
-	uint64_t size;   /* bytes mapped */
+	uint8_t *base;   /* the medium, or the first part of one mapped in parts */
+	uint64_t size;   /* bytes mapped at base */
 	int created;     /* the file was created (or was empty) by this open */
 };
 
 enum media_mode {
 	MEDIA_READ = 0,  /* read-only map, no lock, never creates */
-	MEDIA_WRITE = 1  /* exclusive writer lock (flock LOCK_EX|LOCK_NB) */
+	MEDIA_WRITE = 1, /* exclusive writer lock (flock LOCK_EX|LOCK_NB) */
+	MEDIA_PARTS = 2  /* MEDIA_WRITE for a regular file mapped in parts: only
+			    the first `size` bytes are mapped at open */
 };
 
 /*
  * Open and map `path`.  For MEDIA_WRITE with WAL_OPEN_CREATE a missing file
  * is created with `size` bytes (space reserved with posix_fallocate so a full
  * tmpfs fails here, not with SIGBUS later); an existing file keeps its size.
+ * MEDIA_PARTS maps `size` bytes of a regular file, emptying and growing one
+ * shorter than that as if it were new (m->created).
  * numa_node >= 0 binds the mapping's pages to that node before first touch.
  * Returns 0 or a negative wal_status with err filled.
  */
 int media_open(struct media *m, const char *path, int mode, uint64_t size,
 	       int numa_node, unsigned flags, struct wal_error *err);
 void media_close(struct media *m);
+
+/*
+ * MEDIA_PARTS: map [off, off+len) of the file (off page-aligned) the way
+ * its first part is mapped, bound to the same NUMA node; unmap it with
+ * munmap before media_close.  With `grow` the range becomes new zero bytes
+ * at the end of the file (whatever lay at or past off is dropped), reserved
+ * like a new file's and with the new size durable when this returns.
+ */
+int media_map(struct media *m, const char *path, uint64_t off, uint64_t len, int grow,
+	      uint8_t **out, struct wal_error *err);
+
+/* MEDIA_PARTS: cut the file to `size` bytes; parts mapped past it must not
+ * be touched again. */
+int media_cut(const struct media *m, const char *path, uint64_t size, struct wal_error *err);
 
 /* Make [p, p+len) durable: clwb/clflushopt + sfence when m->flush is set,
  * otherwise only a store fence (process death keeps the page-cache pages). */

@@ -170,6 +170,8 @@ void rec_window_steps_encode(uint8_t out[WINDOW_STEPS_SIZE], const struct rec_wi
 	put64(out, s->first_step);
 	put32(out + 8, s->steps);
 	put32(out + 12, s->tokens);
+	put32(out + 16, s->flags);
+	put32(out + 20, s->kv_chunks);
 }
 
 int rec_window_steps_decode(const uint8_t *p, size_t len, struct rec_window_steps *s)
@@ -179,5 +181,7 @@ int rec_window_steps_decode(const uint8_t *p, size_t len, struct rec_window_step
 	s->first_step = get64(p);
 	s->steps = get32(p + 8);
 	s->tokens = get32(p + 12);
+	s->flags = get32(p + 16);
+	s->kv_chunks = get32(p + 20);
 	return 0;
 }

@@ -101,12 +101,22 @@ struct rec_crash {
 	uint64_t frames[CRASH_MAX_FRAMES];
 };
 
-/* Caller bytes of a WINDOW record: the decode steps the window covers. */
-#define WINDOW_STEPS_SIZE 16u
+/* Caller bytes of a WINDOW record: the decode steps the window covers.
+ * steps == 0: not a decode window (allocation events). */
+#define WINDOW_STEPS_SIZE 24u
 struct rec_window_steps {
 	uint64_t first_step;
 	uint32_t steps;
-	uint32_t tokens;        /* tokens decoded in the window */
+	uint32_t tokens;        /* rows the window's steps decoded */
+	uint32_t flags;         /* enum window_flag */
+	uint32_t kv_chunks;     /* KVREF records in the window */
+};
+
+/* What a decode window lacks; 0: it is whole. */
+enum window_flag {
+	WINDOW_ROUTING_GAP = 1u << 0, /* routing was dropped (ring full, unplaced) */
+	WINDOW_KV_PARTIAL = 1u << 1   /* changed KV chunks were left for a later
+					 window (staging full, store error) */
 };
 
 void rec_epoch_encode(uint8_t out[EPOCH_PAYLOAD_SIZE], const struct rec_epoch *e);

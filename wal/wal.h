@@ -148,6 +148,7 @@ struct wal_stats {
 	uint64_t commits, reclaims, full_errors;
 	uint64_t next_lsn, last_committed_lsn;
 	uint64_t open_window;         /* id the next commit will get */
+	uint64_t log_id;              /* random id given when the log was formatted */
 };
 void wal_stats(struct wal *w, struct wal_stats *st);
 

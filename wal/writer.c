@@ -488,5 +488,6 @@ void wal_stats(struct wal *w, struct wal_stats *st)
 	st->next_lsn = w->next_lsn;
 	st->last_committed_lsn = w->last_commit_lsn;
 	st->open_window = w->window;
+	st->log_id = w->sb.log_id;
 	pthread_mutex_unlock(&w->lock);
 }

@@ -1,13 +1,11 @@
 /*
- * test_kernels_ref.c - host references of the capture kernels: what
- * moeft_capture_append writes for each source layout and dtype, and which
- * bits moeft_kv_mark_dirty sets.
+ * test_kernels_ref.c - host reference of moeft_capture_append: what it
+ * writes for each source layout and dtype.
  *
  * Ring entries are read straight from the layout in capture.h (no consumer),
- * so these tests pin the layout too.  Sources and bitmaps are allocated at
- * their exact size: under ASan any read or write past them fails.
+ * so these tests pin the layout too.  Sources are allocated at their exact
+ * size: under ASan any read past them fails.
  */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -163,131 +161,6 @@ static void test_stride(void)
 	free(r);
 }
 
-/* ---- kv_mark_dirty --------------------------------------------------------- */
-
-static struct kv_dirty_args kv_args(const void *slots, uint32_t dtype, uint64_t count,
-				    uint64_t *bitmap, uint64_t num_blocks,
-				    uint32_t block_size, uint64_t *bad)
-{
-	struct kv_dirty_args a;
-
-	memset(&a, 0, sizeof a);
-	a.slots = slots;
-	a.dtype = dtype;
-	a.count = count;
-	a.bitmap = bitmap;
-	a.num_blocks = num_blocks;
-	a.block_size = block_size;
-	a.bad = bad;
-	return a;
-}
-
-static void test_kv(void)
-{
-	/* 130 blocks of 16 slots: 2080 slots, 3 bitmap words */
-	static const int64_t s64[] = {
-		-1, 0, 15, 16, 17, 2079, 2080, INT64_MAX, -1, 16, 1000, 1024, INT64_MIN,
-	};
-	static const int32_t s32[] = { -1, 5, 31, 32, 2080, -7 };
-	static const uint32_t su32[] = { 0xffffffffu, 48 };
-	uint64_t *bm = calloc(3, sizeof *bm);
-	uint64_t bad = 0;
-	struct kv_dirty_args a;
-	void *src;
-
-	CU_ASSERT_FATAL(bm != NULL);
-	src = dup_exact(s64, 13, 8);
-	a = kv_args(src, CAP_DT_I64, 13, bm, 130, 16, &bad);
-	kv_mark_dirty_ref(&a);
-	/* blocks 0, 1, 129, 62 (slot 1000), 64 (slot 1024) */
-	CU_ASSERT(bm[0] == ((UINT64_C(1) << 0) | (UINT64_C(1) << 1) | (UINT64_C(1) << 62)));
-	CU_ASSERT(bm[1] == UINT64_C(1));
-	CU_ASSERT(bm[2] == (UINT64_C(1) << 1));
-	CU_ASSERT(bad == 2);
-	kv_mark_dirty_ref(&a);		/* idempotent, but counts again */
-	CU_ASSERT(bm[2] == (UINT64_C(1) << 1) && bad == 4);
-	free(src);
-
-	memset(bm, 0, 3 * sizeof *bm);
-	bad = 0;
-	src = dup_exact(s32, 6, 4);
-	a = kv_args(src, CAP_DT_I32, 6, bm, 130, 16, &bad);
-	kv_mark_dirty_ref(&a);
-	CU_ASSERT(bm[0] == 7 && bm[1] == 0 && bm[2] == 0 && bad == 1);
-	free(src);
-
-	memset(bm, 0, 3 * sizeof *bm);
-	bad = 0;
-	src = dup_exact(su32, 2, 4);
-	a = kv_args(src, CAP_DT_U32, 2, bm, 130, 16, &bad);
-	kv_mark_dirty_ref(&a);
-	CU_ASSERT(bm[0] == 8 && bad == 1);
-	free(src);
-
-	/* block_size 0: every non-padding slot is out of range */
-	memset(bm, 0, 3 * sizeof *bm);
-	bad = 0;
-	src = dup_exact(s64, 3, 8);
-	a = kv_args(src, CAP_DT_I64, 3, bm, 130, 0, &bad);
-	kv_mark_dirty_ref(&a);
-	CU_ASSERT(bm[0] == 0 && bad == 2);
-	/* unknown dtype: all counted, nothing read */
-	a = kv_args(src, 9, 3, bm, 130, 16, &bad);
-	kv_mark_dirty_ref(&a);
-	CU_ASSERT(bm[0] == 0 && bad == 5);
-	/* nothing to do */
-	a = kv_args(src, CAP_DT_I64, 0, bm, 130, 16, &bad);
-	kv_mark_dirty_ref(&a);
-	CU_ASSERT(bm[0] == 0 && bad == 5);
-	free(src);
-	free(bm);
-}
-
-/* Threads sharing one bitmap, as concurrent streams would. */
-#define KV_SLOTS 200000
-#define KV_BLOCKS 5000
-#define KV_BS 16
-
-static void *kv_worker(void *arg)
-{
-	kv_mark_dirty_ref(arg);
-	return NULL;
-}
-
-static void test_kv_concurrent(void)
-{
-	int64_t *slots = malloc(KV_SLOTS * sizeof *slots);
-	uint64_t words = (KV_BLOCKS + 63) / 64;
-	uint64_t *one = calloc(words, sizeof *one), *many = calloc(words, sizeof *many);
-	uint64_t bad1 = 0, badn = 0;
-	struct kv_dirty_args a[4];
-	pthread_t th[4];
-	uint32_t x = 12345;
-	int i;
-
-	CU_ASSERT_FATAL(slots && one && many);
-	for (i = 0; i < KV_SLOTS; i++) {
-		x = x * 1103515245u + 12345u;
-		/* mostly in range, some padding, some past the pool */
-		slots[i] = (int64_t)(x >> 8) % (KV_BLOCKS * KV_BS + 2000) - 1000;
-	}
-	a[0] = kv_args(slots, CAP_DT_I64, KV_SLOTS, one, KV_BLOCKS, KV_BS, &bad1);
-	kv_mark_dirty_ref(&a[0]);
-	for (i = 0; i < 4; i++) {
-		a[i] = kv_args(slots + i * (KV_SLOTS / 4), CAP_DT_I64, KV_SLOTS / 4, many,
-			       KV_BLOCKS, KV_BS, &badn);
-		CU_ASSERT_FATAL(pthread_create(&th[i], NULL, kv_worker, &a[i]) == 0);
-	}
-	for (i = 0; i < 4; i++)
-		pthread_join(th[i], NULL);
-	CU_ASSERT(memcmp(one, many, words * sizeof *one) == 0);
-	CU_ASSERT(bad1 == badn && bad1 > 0);
-	CU_ASSERT(one[words - 1] >> (KV_BLOCKS % 64) == 0);	/* no bit past the pool */
-	free(slots);
-	free(one);
-	free(many);
-}
-
 int main(void)
 {
 	CU_TestInfo capture[] = {
@@ -295,14 +168,8 @@ int main(void)
 		{ "stride", test_stride },
 		CU_TEST_INFO_NULL,
 	};
-	CU_TestInfo kv[] = {
-		{ "slots", test_kv },
-		{ "concurrent", test_kv_concurrent },
-		CU_TEST_INFO_NULL,
-	};
 	CU_SuiteInfo suites[] = {
 		{ "capture_append", NULL, NULL, NULL, NULL, capture },
-		{ "kv_mark_dirty", NULL, NULL, NULL, NULL, kv },
 		CU_SUITE_INFO_NULL,
 	};
 

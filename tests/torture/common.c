@@ -10,12 +10,15 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "common.h"
 #include "format.h"
@@ -301,6 +304,46 @@ int verify_intact(const struct wal_reader *r, const uint8_t *img, size_t len,
 	st->pads += mine.pads;
 	st->epochs += mine.epochs;
 	return 0;
+}
+
+uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t estimate(uint64_t est, uint64_t sample)
+{
+	return est ? (3 * est + sample) / 4 : sample;
+}
+
+uint64_t pick_kill_delay(uint64_t *rng, uint64_t open_est, uint64_t max_ns)
+{
+	uint64_t r = rng_below(rng, 8);
+
+	if (r == 0)
+		return 0;
+	if (r <= 2 && open_est)
+		return rng_below(rng, open_est);
+	return open_est + rng_below(rng, max_ns + 1);
+}
+
+int kill_at(pid_t pid, uint64_t start_ns, uint64_t delay, int *status)
+{
+	uint64_t until_ns = start_ns + delay;
+	struct timespec until = { .tv_sec = (time_t)(until_ns / 1000000000u),
+				  .tv_nsec = (long)(until_ns % 1000000000u) };
+
+	while (delay && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR)
+		;
+	kill(pid, SIGKILL);
+	if (waitpid(pid, status, 0) != pid) {
+		*status = -1;
+		return -1;
+	}
+	return WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL ? 0 : -1;
 }
 
 uint64_t env_u64(const char *name, uint64_t dflt)

@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "wal.h"
 
@@ -56,6 +57,25 @@ struct verify_stats {
  */
 int verify_intact(const struct wal_reader *r, const uint8_t *img, size_t len,
 		  uint64_t count_from, struct verify_stats *st, char *why, size_t whylen);
+
+/* ---- Killing a child at a chosen instant ------------------------------ */
+
+uint64_t mono_ns(void); /* CLOCK_MONOTONIC, ns */
+
+/* A moving estimate of a duration, one more sample in. */
+uint64_t estimate(uint64_t est, uint64_t sample);
+
+/*
+ * How long after a child's start to kill it: one time in eight at once,
+ * one in four within open_est (how long opening takes it; 0: not known
+ * yet), else up to max_ns past open_est, however slow the build.
+ */
+uint64_t pick_kill_delay(uint64_t *rng, uint64_t open_est, uint64_t max_ns);
+
+/* SIGKILL pid once delay ns have passed since start_ns, and reap it.  0
+ * when it died of that signal; else -1, its wait status in *status (-1
+ * when waitpid failed). */
+int kill_at(pid_t pid, uint64_t start_ns, uint64_t delay, int *status);
 
 /* A number from the environment, dflt when unset; exits on garbage. */
 uint64_t env_u64(const char *name, uint64_t dflt);

@@ -24,14 +24,11 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
-#include <sys/wait.h>
 
 #include "common.h"
 
@@ -52,14 +49,6 @@ struct msg {
 	uint64_t lsn;      /* COMMIT: LSN of the WINDOW record */
 	uint64_t ns;       /* CLOCK_MONOTONIC when sent */
 };
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- child ------------------------------------------------------------ */
 
@@ -190,11 +179,6 @@ static void __attribute__((noreturn, format(printf, 2, 3))) die(const struct tor
 	_exit(1); /* no cleanup: the state is what to look at */
 }
 
-static uint64_t estimate(uint64_t est, uint64_t sample)
-{
-	return est ? (3 * est + sample) / 4 : sample;
-}
-
 static void add_report(struct torture *t, const struct msg *m)
 {
 	if (m->window >= t->nrep) {
@@ -318,26 +302,11 @@ static void check_log(struct torture *t, int64_t reported)
 	free(img);
 }
 
-/* Kill instants after the child's START: some at once, some inside its
- * wal_open, the rest 0-3 ms into its writing (however slow the build). */
-static uint64_t pick_delay(struct torture *t)
-{
-	uint64_t r = rng_below(&t->rng, 8);
-
-	if (r == 0) {
-		t->at_once++;
-		return 0;
-	}
-	if (r <= 2 && t->open_est)
-		return rng_below(&t->rng, t->open_est);
-	return t->open_est + rng_below(&t->rng, MAX_DELAY_NS + 1);
-}
-
 static void one_kill(struct torture *t)
 {
 	unsigned nthreads = rng_below(&t->rng, 2) ? 1 : 2 + (unsigned)rng_below(&t->rng, MAX_THREADS - 1);
-	uint64_t child_rng = rng_next(&t->rng), delay = pick_delay(t), until_ns;
-	struct timespec until;
+	uint64_t child_rng = rng_next(&t->rng);
+	uint64_t delay = pick_kill_delay(&t->rng, t->open_est, MAX_DELAY_NS);
 	struct msg start;
 	int fds[2], status;
 	pid_t pid;
@@ -357,15 +326,8 @@ static void one_kill(struct torture *t)
 	 * longer than the delays that matter. */
 	if (read(fds[0], &start, sizeof start) != (ssize_t)sizeof start || start.kind != MSG_START)
 		die(t, "the child did not start");
-	until_ns = start.ns + delay;
-	until.tv_sec = (time_t)(until_ns / 1000000000u);
-	until.tv_nsec = (long)(until_ns % 1000000000u);
-	while (delay && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR)
-		;
-	kill(pid, SIGKILL);
-	if (waitpid(pid, &status, 0) != pid)
-		die(t, "waitpid: %s", strerror(errno));
-	if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL)
+	t->at_once += !delay;
+	if (kill_at(pid, start.ns, delay, &status) < 0)
 		die(t, "the child died on its own (status %#x)", (unsigned)status);
 	check_log(t, drain(t, fds[0], start.ns));
 	close(fds[0]);

@@ -2,7 +2,7 @@
  * test_media.c - media.c: create/reopen, sizes, the writer lock (in-process,
  * forked and killed writers), read mode, the MAP_SYNC fallback, non-DAX
  * character devices, reservation failures, NUMA parsing and binding,
- * persistence and cleanup on every error path.
+ * persistence, files mapped in parts, and cleanup on every error path.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <linux/magic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
@@ -211,7 +212,7 @@ static void test_bad_mode_and_type(void)
 	char path[256];
 
 	test_path(path, sizeof path, "mode");
-	CU_ASSERT_EQUAL(media_open(&m, path, 2, MiB, -1, WAL_OPEN_CREATE, &err), WAL_EINVAL);
+	CU_ASSERT_EQUAL(media_open(&m, path, 7, MiB, -1, WAL_OPEN_CREATE, &err), WAL_EINVAL);
 	CU_ASSERT_FALSE(exists(path));
 
 	CU_ASSERT_EQUAL(media_open(&m, "/dev/shm", MEDIA_WRITE, MiB, -1, 0, &err), WAL_EINVAL);
@@ -221,6 +222,83 @@ static void test_bad_mode_and_type(void)
 	CU_ASSERT_EQUAL_FATAL(mkfifo(path, 0600), 0);
 	CU_ASSERT_EQUAL(media_open(&m, path, MEDIA_READ, 0, -1, 0, &err), WAL_EINVAL);
 	CU_ASSERT(has(err.msg, path));
+	unlink(path);
+}
+
+static int all_zero(const uint8_t *p, size_t n)
+{
+	return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
+}
+
+/* MEDIA_PARTS: the first part at open, later parts mapped or grown. */
+static void test_parts(void)
+{
+	struct wal_error err = { 0 };
+	uint8_t *a, *b, junk[100];
+	struct media m;
+	struct stat st;
+	char path[256];
+	int fd;
+
+	test_path(path, sizeof path, "parts");
+	CU_ASSERT_EQUAL(media_open(&m, "/dev/zero", MEDIA_PARTS, 8192, -1, WAL_OPEN_CREATE, &err),
+			WAL_EINVAL);
+	CU_ASSERT(has(err.msg, "/dev/zero: not a regular file"));
+	CU_ASSERT(has(err.msg, "not a device-DAX node"));
+
+	/* A stub shorter than the first part is emptied and grown. */
+	memset(junk, 0x5a, sizeof junk);
+	CU_ASSERT_EQUAL_FATAL(test_spew(path, junk, sizeof junk), 0);
+	CU_ASSERT_EQUAL_FATAL(media_open(&m, path, MEDIA_PARTS, 8192, -1, 0, &err), 0);
+	CU_ASSERT_EQUAL(m.created, 1);
+	CU_ASSERT_EQUAL(m.size, 8192);
+	CU_ASSERT(all_zero(m.base, 8192));
+	CU_ASSERT_EQUAL(stat(path, &st), 0);
+	CU_ASSERT_EQUAL(st.st_size, 8192);
+
+	/* A new part at 2 MiB: zeros, writable, the file ends with it. */
+	CU_ASSERT_EQUAL(media_map(&m, path, 2 * MiB, 65536, 1, &a, &err), 0);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+	CU_ASSERT(all_zero(a, 65536));
+	CU_ASSERT_EQUAL(stat(path, &st), 0);
+	CU_ASSERT_EQUAL(st.st_size, (off_t)(2 * MiB + 65536));
+	CU_ASSERT((uint64_t)st.st_blocks * 512 >= 65536 + 8192); /* reserved */
+	memset(a, 0xa5, 65536);
+	media_persist(&m, a, 65536);
+
+	/* Junk past the file's parts goes when the next part grows over it. */
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(pwrite(fd, junk, sizeof junk, (off_t)(2 * MiB + 65536 + 8000)),
+			(ssize_t)sizeof junk);
+	close(fd);
+	CU_ASSERT_EQUAL(media_map(&m, path, 2 * MiB + 65536, 3 * 4096, 1, &b, &err), 0);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+	CU_ASSERT(all_zero(b, 3 * 4096));
+	CU_ASSERT_EQUAL(a[65535], 0xa5); /* the part before is untouched */
+	munmap(b, 3 * 4096);
+	munmap(a, 65536);
+
+	/* An existing part maps as it was; bad ranges are refused. */
+	CU_ASSERT_EQUAL(media_map(&m, path, 2 * MiB, 65536, 0, &a, &err), 0);
+	CU_ASSERT(a && a[0] == 0xa5 && a[65535] == 0xa5);
+	munmap(a, 65536);
+	CU_ASSERT_EQUAL(media_map(&m, path, 2 * MiB + 1, 4096, 0, &a, &err), WAL_EINVAL);
+	CU_ASSERT_PTR_NULL(a);
+	CU_ASSERT_EQUAL(media_map(&m, path, 2 * MiB, 0, 0, &a, &err), WAL_EINVAL);
+	CU_ASSERT_EQUAL(media_map(&m, path, 2 * MiB, UINT64_MAX - MiB, 1, &a, &err), WAL_EINVAL);
+	media_close(&m);
+
+	/* Reopened: only the first part is mapped; the rest stays. */
+	CU_ASSERT_EQUAL_FATAL(media_open(&m, path, MEDIA_PARTS, 8192, -1, 0, &err), 0);
+	CU_ASSERT_EQUAL(m.created, 0);
+	CU_ASSERT_EQUAL(m.size, 8192);
+	CU_ASSERT_EQUAL(stat(path, &st), 0);
+	CU_ASSERT_EQUAL(st.st_size, (off_t)(2 * MiB + 65536 + 3 * 4096));
+	CU_ASSERT_EQUAL(media_cut(&m, path, 8192, &err), 0);
+	CU_ASSERT_EQUAL(stat(path, &st), 0);
+	CU_ASSERT_EQUAL(st.st_size, 8192);
+	media_close(&m);
 	unlink(path);
 }
 
@@ -622,6 +700,7 @@ static CU_TestInfo media_tests[] = {
 	{ "missing file or directory", test_missing },
 	{ "bad mode, directory, fifo", test_bad_mode_and_type },
 	{ "empty file", test_empty_file },
+	{ "file mapped in parts", test_parts },
 	{ "writer lock, same process", test_writer_lock_same_process },
 	{ "writer lock, forked child", test_writer_lock_child },
 	{ "writer lock released on SIGKILL", test_writer_killed },

@@ -419,7 +419,8 @@ static void test_crash_encode_clamps(void)
 static void test_window_steps(void)
 {
 	static const struct rec_window_steps in = { .first_step = UINT64_C(0xa1a2a3a4a5a6a7a8),
-						    .steps = 0xb1b2b3b4u, .tokens = 0xc1c2c3c4u };
+						    .steps = 0xb1b2b3b4u, .tokens = 0xc1c2c3c4u,
+						    .flags = 0xd1d2d3d4u, .kv_chunks = 0xe1e2e3e4u };
 	uint8_t buf[WINDOW_STEPS_SIZE + SLACK] = { 0 };
 	struct rec_window_steps out;
 
@@ -427,11 +428,15 @@ static void test_window_steps(void)
 	CU_ASSERT_EQUAL(get64(buf), in.first_step);
 	CU_ASSERT_EQUAL(get32(buf + 8), in.steps);
 	CU_ASSERT_EQUAL(get32(buf + 12), in.tokens);
+	CU_ASSERT_EQUAL(get32(buf + 16), in.flags);
+	CU_ASSERT_EQUAL(get32(buf + 20), in.kv_chunks);
 	memset(&out, 0, sizeof out);
 	CU_ASSERT_EQUAL_FATAL(rec_window_steps_decode(buf, WINDOW_STEPS_SIZE, &out), 0);
 	CU_ASSERT_EQUAL(out.first_step, in.first_step);
 	CU_ASSERT_EQUAL(out.steps, in.steps);
 	CU_ASSERT_EQUAL(out.tokens, in.tokens);
+	CU_ASSERT_EQUAL(out.flags, in.flags);
+	CU_ASSERT_EQUAL(out.kv_chunks, in.kv_chunks);
 	CU_ASSERT_EQUAL(accepted_lengths(dec_steps, buf, WINDOW_STEPS_SIZE, &out), 1);
 }
 

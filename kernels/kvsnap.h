@@ -1,0 +1,137 @@
+/*
+ * kvsnap.h - the KV snapshot: which chunks of a KV pool changed since the
+ * last snapshot, and their bytes, staged for the host in one pass.
+ *
+ * Plain C, includable from CUDA.  At a window boundary the preload enqueues
+ * moeft_kv_snapshot once per KV pool on its side stream (after events of
+ * the serving streams), then an append into the capture ring that tells
+ * the consumer thread the snapshot is complete.  The kernel reads every
+ * chunk of the pool, hashes it (kv_chunk_hash, the same function on the
+ * device and the host) and compares the hash with the one it staged last
+ * time (sums[], device memory).  A changed chunk is copied into the staging
+ * area, pinned host memory mapped for the device, and listed in its table;
+ * its new hash is stored in sums[] only then, so a chunk that found no room
+ * stays changed and is staged by the next snapshot.  Before it ends the
+ * kernel fences at system scope, so a host that sees the later append sees
+ * the table and the staged bytes.
+ *
+ * The hash: 64 bits, the sum (mod 2^64) over the chunk's 8-byte words w_i
+ * (little-endian; a last partial word is zero-padded) of kv_mix(w_i, i),
+ * with i the word's index within the chunk.  A sum does not depend on
+ * which thread adds which word, so the device reduces it in any order.
+ * kv_mix is splitmix64's finaliser of w_i + i * 0x9E3779B97F4A7C15
+ * (kvsnap_algo.h), a bijection of w_i, so any change of one word changes
+ * the hash; a change of several words goes unseen only if their mixed
+ * values cancel (about 2^-64).  This is a change detector, not an
+ * integrity check: what reaches the KV store is protected by CRC-32C,
+ * computed by the host as it copies.
+ *
+ * An all-zero chunk hashes to kv_zero_hash(len): sums[] starts there, so a
+ * zeroed pool (torch.zeros) stages nothing until it is written.  It costs
+ * len / 8 mixes: compute it once per chunk length (a pool has at most two).
+ */
+#ifndef MOEFT_KVSNAP_H
+#define MOEFT_KVSNAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#define KVSNAP_STATIC_ASSERT(e, m) static_assert(e, m)
+#else
+#define KVSNAP_STATIC_ASSERT(e, m) _Static_assert(e, m)
+#endif
+
+#define KVSNAP_THREADS 256u          /* block size of moeft_kv_snapshot */
+#define KVSNAP_MIN_CHUNK 4096u       /* chunk bytes: a power of two, */
+#define KVSNAP_MAX_CHUNK (1u << 30)  /* from 4 KiB to 1 GiB */
+#define KVSNAP_ALIGN 64u             /* staged data offsets */
+
+/*
+ * The staging area: this header, then `max_entries` table entries, then
+ * `capacity` data bytes (at data_off from the header).  The host sets the
+ * read-only fields and zeroes the counters before each snapshot; the
+ * device only adds to the counters (atomics) and fills what it reserved.
+ * Entries are in no particular order, and so are their data offsets.  A
+ * chunk reserves its data first (its length rounded up to KVSNAP_ALIGN),
+ * then its entry; when either is short it counts in overflow, and data it
+ * reserved stays reserved, unused.
+ */
+struct kv_stage {
+	/* Host, before the snapshot. */
+	uint64_t capacity;       /* data bytes */
+	uint64_t max_entries;
+	uint64_t table_off;      /* bytes from the header to the table */
+	uint64_t data_off;       /* bytes from the header to the data */
+	uint8_t pad0[32];
+	/* Device counters. */
+	uint64_t used;           /* data bytes reserved (may exceed capacity:
+				    what did not fit is counted in overflow) */
+	uint64_t entries;        /* table entries written (<= max_entries
+				    once the snapshot has ended) */
+	uint64_t overflow;       /* changed chunks that found no room */
+	uint64_t overflow_bytes; /* their lengths */
+	uint8_t pad1[32];
+};
+
+/* One staged chunk. */
+struct kv_stage_entry {
+	uint32_t pool;           /* kv_snap_args.pool_no */
+	uint32_t bytes;          /* chunk length (the last chunk may be short) */
+	uint64_t chunk;          /* index within the pool */
+	uint64_t data;           /* offset of its bytes from the data area */
+	uint64_t hash;           /* kv_chunk_hash of those bytes */
+};
+
+KVSNAP_STATIC_ASSERT(sizeof(struct kv_stage) == 128, "kv_stage layout");
+KVSNAP_STATIC_ASSERT(sizeof(struct kv_stage_entry) == 32, "kv_stage_entry layout");
+
+/*
+ * Parameters of moeft_kv_snapshot (by value).  Launch with 1-D blocks of
+ * KVSNAP_THREADS threads (fewer also work) and a 1-D grid of any size
+ * (grid-stride over the chunks; one block per chunk at a time; a few
+ * blocks per SM keep the GPU busy), no dynamic shared memory.  Chunk c
+ * covers bytes [c * chunk_bytes, min((c + 1) * chunk_bytes, bytes)) of
+ * pool; nchunks = ceil(bytes / chunk_bytes).  An invalid request
+ * (chunk_bytes not a power of two in range, bytes 0, pool, sums or stage
+ * NULL; on the device also blocks or a grid of more than one dimension)
+ * does nothing.  Snapshots of different pools may run at once into one
+ * staging area; two of the same pool (the same sums) may not.
+ */
+struct kv_snap_args {
+	const void *pool;        /* device memory */
+	uint64_t bytes;
+	uint64_t chunk_bytes;
+	uint64_t *sums;          /* device memory: nchunks hashes */
+	struct kv_stage *stage;  /* the device's view of the staging area */
+	uint32_t pool_no;
+	uint32_t pad;
+};
+
+#ifndef __CUDACC__
+/* Host reference of moeft_kv_snapshot (same effect; chunks in any order). */
+void kv_snapshot_ref(const struct kv_snap_args *a);
+
+/* The hash of len bytes at p (len <= KVSNAP_MAX_CHUNK), and of len zeros. */
+uint64_t kv_chunk_hash(const void *p, uint64_t len);
+uint64_t kv_zero_hash(uint64_t len);
+
+/* Set up a staging area of `len` bytes at s (64-byte aligned), its table
+ * sized for data chunks of min_chunk bytes or more (plus one short last
+ * chunk per pool, up to 64 pools), so that it never fills before the data
+ * area does; the counters zeroed.  0, or -1 (s untouched) when s is not
+ * aligned, min_chunk is 0 or above KVSNAP_MAX_CHUNK, or len cannot hold
+ * the table and one chunk of min_chunk bytes.  The table takes 32 bytes
+ * per min_chunk bytes of len, plus 2 KiB: the data area is less than len.
+ * A chunk that finds no data room or no table entry counts in overflow. */
+int kv_stage_init(struct kv_stage *s, size_t len, uint64_t min_chunk);
+/* Zero the counters for the next snapshot. */
+void kv_stage_reset(struct kv_stage *s);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

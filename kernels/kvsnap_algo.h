@@ -1,0 +1,189 @@
+/*
+ * kvsnap_algo.h - the KV snapshot algorithm, one text for two compilers.
+ *
+ * nvcc compiles these functions as device code into kernels/capture.cu; a
+ * C compiler compiles them as the host reference (kvsnap_ref.c).  Only the
+ * memory primitives differ: atomics_algo.h.  Word-sized functions take
+ * (first, step) so that a block's threads split a chunk and one host
+ * thread does all of it.  The snapshot's contract: kvsnap.h.  Private to
+ * kernels/.
+ *
+ * Per chunk: every thread sums the hash terms of its words; the block adds
+ * the sums; one thread compares with sums[c] and reserves (kv_begin); the
+ * block copies (kv_copy); one thread writes the entry and the new sum
+ * (kv_end).  After its last chunk the snapshot fences (atom_fence_sys), so
+ * a host that sees anything the same stream writes later sees the staged
+ * bytes and the table.
+ */
+#ifndef MOEFT_KVSNAP_ALGO_H
+#define MOEFT_KVSNAP_ALGO_H
+
+#include <string.h>
+
+#include "atomics_algo.h"
+#include "kvsnap.h"
+
+#ifndef __CUDACC__
+/* Aligned words are loaded whole, which spells the hash's little-endian
+ * words only on a little-endian host (as every GPU is). */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "kv_chunk_hash needs little-endian");
+#endif
+
+/* Where a staged chunk goes: its table entry and data offset. */
+struct kv_resv {
+	uint64_t entry;
+	uint64_t data;
+};
+
+ALGO_FN int kv_args_ok(const struct kv_snap_args *a)
+{
+	uint64_t cb = a->chunk_bytes;
+
+	return a->pool && a->sums && a->stage && a->bytes &&
+	       cb >= KVSNAP_MIN_CHUNK && cb <= KVSNAP_MAX_CHUNK && (cb & (cb - 1)) == 0;
+}
+
+ALGO_FN uint64_t kv_nchunks(const struct kv_snap_args *a)
+{
+	return (a->bytes - 1) / a->chunk_bytes + 1;
+}
+
+ALGO_FN uint64_t kv_chunk_len(const struct kv_snap_args *a, uint64_t c)
+{
+	uint64_t rest = a->bytes - c * a->chunk_bytes;
+
+	return rest < a->chunk_bytes ? rest : a->chunk_bytes;
+}
+
+ALGO_FN const unsigned char *kv_chunk_src(const struct kv_snap_args *a, uint64_t c)
+{
+	return (const unsigned char *)a->pool + c * a->chunk_bytes;
+}
+
+ALGO_FN struct kv_stage_entry *kv_table(struct kv_stage *s)
+{
+	return (struct kv_stage_entry *)((unsigned char *)s + s->table_off);
+}
+
+ALGO_FN unsigned char *kv_data(struct kv_stage *s)
+{
+	return (unsigned char *)s + s->data_off;
+}
+
+/* 8-byte words in len bytes, the last one maybe partial. */
+ALGO_FN uint64_t kv_nwords(uint64_t len)
+{
+	return len / 8 + (len % 8 != 0);
+}
+
+/* splitmix64's finaliser (Stafford's mix 13) of w + i * 2^64 / phi: a
+ * bijection of w for each i, so one changed word changes its term. */
+ALGO_FN uint64_t kv_mix(uint64_t w, uint64_t i)
+{
+	uint64_t z = w + i * UINT64_C(0x9E3779B97F4A7C15);
+
+	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+	return z ^ (z >> 31);
+}
+
+/* Word i of the len bytes at p, little-endian, zero-padded past len.  The
+ * memcpy of an aligned word is one 8-byte load for both compilers, and
+ * reads the bytes whatever type wrote them. */
+ALGO_FN uint64_t kv_word(const unsigned char *p, uint64_t len, uint64_t i)
+{
+	uint64_t w = 0, n = len - i * 8, k;
+
+	p += i * 8;
+	if (n >= 8 && ((uintptr_t)p & 7) == 0) {
+		memcpy(&w, __builtin_assume_aligned(p, 8), 8);
+		return w;
+	}
+	for (k = 0; k < n && k < 8; k++)
+		w |= (uint64_t)p[k] << (8 * k);
+	return w;
+}
+
+/* The hash terms of words first, first + step, ... summed: the whole
+ * chunk's hash is the sum of the parts, in any order. */
+ALGO_FN uint64_t kv_hash_part(const unsigned char *p, uint64_t len, uint64_t first,
+			      uint64_t step)
+{
+	uint64_t n = kv_nwords(len), h = 0, i;
+
+	for (i = first; i < n; i += step)
+		h += kv_mix(kv_word(p, len, i), i);
+	return h;
+}
+
+/*
+ * Room for a chunk of len bytes, or count an overflow.  Data first, by one
+ * add that may carry used past capacity (what did not fit stays counted,
+ * so later reservations fail too rather than overlap).  Then the entry: an
+ * add past max_entries is taken back, so entries ends as the number
+ * written.  Taking back cannot hand an index out twice: an add fails only
+ * when max_entries adds have succeeded, and those never come back, so the
+ * counter stays at max_entries or above from then on.  The data of a chunk
+ * that found no entry is left unused.
+ */
+ALGO_FN int kv_reserve(struct kv_stage *s, uint64_t len, struct kv_resv *rv)
+{
+	uint64_t need = (len + KVSNAP_ALIGN - 1) & ~(uint64_t)(KVSNAP_ALIGN - 1);
+	uint64_t cap = s->capacity;
+
+	rv->data = atom_add(&s->used, need);
+	if (rv->data <= cap && need <= cap - rv->data) {
+		rv->entry = atom_add(&s->entries, 1);
+		if (rv->entry < s->max_entries)
+			return 1;
+		atom_add(&s->entries, UINT64_MAX);	/* minus one */
+	}
+	atom_add(&s->overflow, 1);
+	atom_add(&s->overflow_bytes, len);
+	return 0;
+}
+
+/* One thread, once chunk c's hash h is summed: 1 when the chunk changed
+ * and has room to be staged at rv. */
+ALGO_FN int kv_begin(const struct kv_snap_args *a, uint64_t c, uint64_t h, struct kv_resv *rv)
+{
+	return h != a->sums[c] && kv_reserve(a->stage, kv_chunk_len(a, c), rv);
+}
+
+/* Words first, first + step, ... of the len bytes at src to dst: whole
+ * words where both sides are aligned, else byte by byte; never a byte
+ * past len on either side. */
+ALGO_FN void kv_copy(unsigned char *dst, const unsigned char *src, uint64_t len,
+		     uint64_t first, uint64_t step)
+{
+	int aligned = (((uintptr_t)dst | (uintptr_t)src) & 7) == 0;
+	uint64_t n = kv_nwords(len), i, k;
+
+	for (i = first; i < n; i += step) {
+		uint64_t off = i * 8, end = len - off < 8 ? len : off + 8;
+
+		if (aligned && end - off == 8)
+			memcpy(__builtin_assume_aligned(dst + off, 8),
+			       __builtin_assume_aligned(src + off, 8), 8);
+		else
+			for (k = off; k < end; k++)
+				dst[k] = src[k];
+	}
+}
+
+/* One thread, once the block's copy is done: the entry, then the new hash,
+ * so that a chunk counts as staged only when it was. */
+ALGO_FN void kv_end(const struct kv_snap_args *a, uint64_t c, uint64_t h,
+		    const struct kv_resv *rv)
+{
+	struct kv_stage_entry *e = kv_table(a->stage) + rv->entry;
+
+	e->pool = a->pool_no;
+	e->bytes = (uint32_t)kv_chunk_len(a, c);
+	e->chunk = c;
+	e->data = rv->data;
+	e->hash = h;
+	a->sums[c] = h;
+}
+
+#endif

@@ -1,0 +1,59 @@
+/*
+ * kvsnap_host.c - the host's side of the KV snapshot: the chunk hash (the
+ * kernel's own algorithm text, kvsnap_algo.h) and the staging area's
+ * setup.  Linked into the preload, which sets up staging and pools, and
+ * into the host reference.
+ */
+#include <string.h>
+
+#include "kvsnap_algo.h"
+
+uint64_t kv_chunk_hash(const void *p, uint64_t len)
+{
+	return kv_hash_part(p, len, 0, 1);
+}
+
+/* The terms of zero words have no shortcut: kv_mix(0, i) for each i. */
+uint64_t kv_zero_hash(uint64_t len)
+{
+	uint64_t n = kv_nwords(len), h = 0, i;
+
+	for (i = 0; i < n; i++)
+		h += kv_mix(0, i);
+	return h;
+}
+
+/*
+ * The table gets an entry per min_chunk bytes of the whole area, plus 64
+ * for short last chunks: more than the data area can fill with chunks of
+ * min_chunk bytes or more, at 32 bytes per entry (under 1% of len for
+ * 4 KiB chunks).
+ */
+int kv_stage_init(struct kv_stage *s, size_t len, uint64_t min_chunk)
+{
+	uint64_t unit = (min_chunk + KVSNAP_ALIGN - 1) & ~(uint64_t)(KVSNAP_ALIGN - 1);
+	uint64_t entries, data_off;
+
+	if (((uintptr_t)s & (KVSNAP_ALIGN - 1)) || min_chunk == 0 ||
+	    min_chunk > KVSNAP_MAX_CHUNK || len < sizeof *s)
+		return -1;
+	entries = (len - sizeof *s) / unit + 64;
+	data_off = sizeof *s + ((entries * sizeof(struct kv_stage_entry) + KVSNAP_ALIGN - 1) &
+				~(uint64_t)(KVSNAP_ALIGN - 1));
+	if (data_off > len || len - data_off < min_chunk)
+		return -1;
+	memset(s, 0, sizeof *s);
+	s->capacity = len - data_off;
+	s->max_entries = entries;
+	s->table_off = sizeof *s;
+	s->data_off = data_off;
+	return 0;
+}
+
+void kv_stage_reset(struct kv_stage *s)
+{
+	s->used = 0;
+	s->entries = 0;
+	s->overflow = 0;
+	s->overflow_bytes = 0;
+}

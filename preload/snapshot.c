@@ -1,0 +1,229 @@
+/*
+ * snapshot.c - the device side of a window boundary (snapshot.h).
+ *
+ * Device resources are made on the first boundary, not at start: only
+ * then is a context sure to be current.  Each pool's sums[] (the hash of
+ * every chunk as last staged) lives in pinned host memory mapped for the
+ * device, like the staging area: the kernel reads and writes 8 bytes per
+ * chunk there, and the host sets it to the hash of zeros at the pool's
+ * first boundary, before any kernel can use it, without a copy.
+ *
+ * snap_drop_pool is the one call made without the caller's lock (the
+ * allocation log calls it as it logs a free): it only reads the published
+ * part of the pool list and clears a pool's live flag.
+ */
+#include <stdio.h>
+
+#include "clock.h"
+#include "kvstore.h"
+#include "runtime.h"
+#include "snapshot.h"
+#include "window.h"
+
+struct pool {
+	uint64_t alloc_id, base, size, chunk;
+	uint32_t pool_no;
+	atomic_int live;
+	uint64_t *sums;         /* host view of nchunks hashes; NULL until the */
+	uint64_t sums_dev;      /* first boundary; the device's view */
+};
+
+static struct {
+	void *side, *done, *events[CLK_MAX_LANES];
+	struct kv_stage *stage;     /* host view; NULL until the first boundary */
+	uint64_t stage_dev;
+	size_t stage_len;
+	atomic_int busy;
+	atomic_uint npools;         /* pools[] below it are published */
+	struct pool pools[KVS_MAX_POOLS];
+	uint64_t enqueued, skipped;
+} sn;
+
+static uint64_t nchunks(const struct pool *p)
+{
+	return (p->size + p->chunk - 1) / p->chunk;
+}
+
+int snap_add_pool(uint64_t alloc_id, uint64_t base, uint64_t size, uint64_t chunk,
+		  uint32_t pool_no)
+{
+	unsigned n = atomic_load_explicit(&sn.npools, memory_order_relaxed);
+
+	if (n == KVS_MAX_POOLS)
+		return WAL_EFULL;
+	sn.pools[n] = (struct pool){ .alloc_id = alloc_id, .base = base, .size = size,
+				     .chunk = chunk, .pool_no = pool_no, .live = 1 };
+	atomic_store_explicit(&sn.npools, n + 1, memory_order_release);
+	return 0;
+}
+
+void snap_drop_pool(uint64_t alloc_id)
+{
+	unsigned n = atomic_load_explicit(&sn.npools, memory_order_acquire), i;
+
+	for (i = 0; i < n; i++)
+		if (sn.pools[i].alloc_id == alloc_id)
+			atomic_store_explicit(&sn.pools[i].live, 0, memory_order_relaxed);
+}
+
+int snap_has_pool(uint64_t alloc_id)
+{
+	unsigned i;
+
+	for (i = 0; i < sn.npools; i++)
+		if (sn.pools[i].alloc_id == alloc_id && atomic_load(&sn.pools[i].live))
+			return 1;
+	return 0;
+}
+
+const struct kv_stage *snap_stage(void)
+{
+	return sn.stage;
+}
+
+atomic_int *snap_busy(void)
+{
+	return &sn.busy;
+}
+
+void snap_counts(uint64_t *enqueued, uint64_t *skipped)
+{
+	*enqueued = sn.enqueued;
+	*skipped = sn.skipped;
+}
+
+/* The driver's verdict on step `what`: 0, or -1 with why filled. */
+static int check(int r, const char *what, char *why, size_t whylen)
+{
+	if (r == 0)
+		return 0;
+	snprintf(why, whylen, "%s failed (CUresult %d)", what, r);
+	return -1;
+}
+
+static int open_streams(char *why, size_t whylen)
+{
+	unsigned i;
+
+	if (sn.side)
+		return 0;
+	if (check(rt_dev_stream(&sn.side), "creating the side stream", why, whylen) ||
+	    check(rt_dev_event(&sn.done), "creating an event", why, whylen))
+		return -1;
+	for (i = 0; i < CLK_MAX_LANES; i++)
+		if (check(rt_dev_event(&sn.events[i]), "creating an event", why, whylen))
+			return -1;
+	return 0;
+}
+
+/* Staging for all of the live pools' bytes, their table and alignment,
+ * within [SNAP_STAGE_MIN, _MAX]: made or grown while not busy (the caller
+ * checked). */
+static int size_stage(char *why, size_t whylen)
+{
+	uint64_t want = sizeof(struct kv_stage), min_chunk = 0;
+	unsigned i;
+	void *host;
+	uint64_t dev;
+
+	for (i = 0; i < sn.npools; i++)
+		if (atomic_load(&sn.pools[i].live)) {
+			const struct pool *p = &sn.pools[i];
+
+			want += p->size + nchunks(p) * (KVSNAP_ALIGN + sizeof(struct kv_stage_entry));
+			if (!min_chunk || p->chunk < min_chunk)
+				min_chunk = p->chunk;
+		}
+	/* kv_stage_init's table has 64 entries to spare. */
+	want += 64 * sizeof(struct kv_stage_entry) + KVSNAP_ALIGN;
+	if (!min_chunk)
+		min_chunk = KVSNAP_MIN_CHUNK;	/* no pool yet: any table will do */
+	want = want < SNAP_STAGE_MIN ? SNAP_STAGE_MIN : want > SNAP_STAGE_MAX ? SNAP_STAGE_MAX : want;
+	if (sn.stage && sn.stage_len >= want)
+		return 0;
+	if (check(rt_dev_host_alloc(want, &host, &dev), "allocating pinned staging", why,
+		  whylen))
+		return sn.stage ? 0 : -1;	/* keep the smaller one */
+	if (kv_stage_init(host, want, min_chunk) < 0) {
+		rt_dev_host_free(host);
+		snprintf(why, whylen, "a staging area of %llu bytes is too small",
+			 (unsigned long long)want);
+		return -1;
+	}
+	if (sn.stage)
+		rt_dev_host_free(sn.stage);
+	sn.stage = host;
+	sn.stage_dev = dev;
+	sn.stage_len = want;
+	return 0;
+}
+
+/* sums[] of a pool at its first boundary: the hash of zeros per chunk
+ * (one value for whole chunks, one for a short last chunk). */
+static int prepare_pool(struct pool *p, char *why, size_t whylen)
+{
+	uint64_t n = nchunks(p), c, whole, last;
+	void *host;
+
+	if (p->sums)
+		return 0;
+	if (check(rt_dev_host_alloc(n * sizeof(uint64_t), &host, &p->sums_dev),
+		  "allocating chunk sums", why, whylen))
+		return -1;
+	p->sums = host;
+	whole = kv_zero_hash(p->chunk);
+	last = kv_zero_hash(p->size - (n - 1) * p->chunk);
+	for (c = 0; c + 1 < n; c++)
+		p->sums[c] = whole;
+	p->sums[n - 1] = last;
+	return 0;
+}
+
+int snap_boundary(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_dev,
+		  char *why, size_t whylen)
+{
+	struct cap_append_args mark = { 0 };
+	unsigned i;
+
+	if (atomic_load_explicit(&sn.busy, memory_order_acquire)) {
+		sn.skipped++;
+		return 0;
+	}
+	if (open_streams(why, whylen) || size_stage(why, whylen))
+		return -1;
+	for (i = 0; i < n && i < CLK_MAX_LANES; i++)
+		if (check(rt_dev_record(sn.events[i], lanes[i]), "recording an event", why,
+			  whylen) ||
+		    check(rt_dev_wait(sn.side, sn.events[i]), "waiting for an event", why, whylen))
+			return -1;
+	kv_stage_reset(sn.stage);
+	for (i = 0; i < sn.npools; i++) {
+		struct pool *p = &sn.pools[i];
+		struct kv_snap_args a = {
+			.pool = (const void *)(uintptr_t)p->base, .bytes = p->size,
+			.chunk_bytes = p->chunk, .stage = (struct kv_stage *)(uintptr_t)sn.stage_dev,
+			.pool_no = p->pool_no,
+		};
+
+		if (!atomic_load(&p->live))
+			continue;
+		if (prepare_pool(p, why, whylen))
+			return -1;
+		a.sums = (uint64_t *)(uintptr_t)p->sums_dev;
+		if (check(rt_dev_snapshot(sn.side, &a), "launching the KV snapshot", why, whylen))
+			return -1;
+	}
+	mark.ring = (struct cap_ring *)(uintptr_t)ring_dev;
+	mark.tag = WA_TAG(WA_RULE_SNAP, 0, 0);
+	mark.step = step;
+	mark.dtype = CAP_DT_I32;
+	if (check(rt_dev_append(sn.side, &mark), "launching the snapshot mark", why, whylen) ||
+	    check(rt_dev_record(sn.done, sn.side), "recording an event", why, whylen))
+		return -1;
+	for (i = 0; i < n; i++)
+		if (check(rt_dev_wait(lanes[i], sn.done), "waiting for the snapshot", why, whylen))
+			return -1;
+	atomic_store_explicit(&sn.busy, 1, memory_order_release);
+	sn.enqueued++;
+	return 1;
+}

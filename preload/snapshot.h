@@ -1,0 +1,65 @@
+/*
+ * snapshot.h - the device side of a window boundary: KV pools, the staging
+ * area, the side stream.
+ *
+ * When the process enters the first step of a window (clock.h), the
+ * launching thread calls snap_boundary before forwarding the launch that
+ * starts the step.  It enqueues, without waiting for anything:
+ *
+ *   each stream of the window:   record event E_i
+ *   side stream:                 wait E_i for all i;
+ *                                moeft_kv_snapshot per KV pool (staging);
+ *                                a snapshot mark into the capture ring;
+ *                                record event D
+ *   each stream of the window:   wait D
+ *
+ * so the KV pools are read at the boundary, in stream order, and the
+ * serving streams wait only for the device-side pass (hash and copy of the
+ * changed chunks into pinned staging), never for the host.  The consumer
+ * thread, reaching the mark, copies the staging area into the KV store and
+ * commits the window (window.h), then clears the busy flag.  A boundary
+ * that finds the staging area still busy is skipped: the open window grows
+ * by another MOEFT_WINDOW steps.
+ *
+ * Callers serialise every call here (the runtime's clock lock).
+ */
+#ifndef MOEFT_SNAPSHOT_H
+#define MOEFT_SNAPSHOT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvsnap.h"
+
+#define SNAP_STAGE_MIN (UINT64_C(1) << 20)
+#define SNAP_STAGE_MAX (UINT64_C(256) << 20)
+
+/* A KV pool to snapshot: the allocation [base, base + size), in chunks of
+ * chunk bytes, numbered pool_no in the KV store.  0, or WAL_EFULL. */
+int snap_add_pool(uint64_t alloc_id, uint64_t base, uint64_t size, uint64_t chunk,
+		  uint32_t pool_no);
+/* The allocation is about to be freed: never read it again. */
+void snap_drop_pool(uint64_t alloc_id);
+/* Whether alloc_id is a pool already. */
+int snap_has_pool(uint64_t alloc_id);
+
+/*
+ * Enqueue the boundary before process step `step` for the streams in
+ * lanes[] (stream handles), the snapshot mark going into the capture ring
+ * at ring_dev.  Returns 1 when enqueued, 0 when skipped (staging busy),
+ * -1 with one line in why when the device refused something: the caller
+ * stops capture (what was enqueued is harmless: at worst a mark the
+ * consumer never sees).
+ */
+int snap_boundary(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_dev,
+		  char *why, size_t whylen);
+
+/* The staging area the next marks refer to, and its busy flag (window.h). */
+const struct kv_stage *snap_stage(void);
+atomic_int *snap_busy(void);
+
+/* Boundaries enqueued and skipped. */
+void snap_counts(uint64_t *enqueued, uint64_t *skipped);
+
+#endif

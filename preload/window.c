@@ -1,0 +1,277 @@
+/*
+ * window.c - decode windows assembled from the capture ring (window.h).
+ *
+ * Runs on the consumer thread only, apart from wa_stats.  Nothing read
+ * from the ring or the staging area is trusted beyond its bounds: both are
+ * written by a GPU.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+#include "record.h"
+#include "window.h"
+
+#define MAX_LANES 64u
+
+struct lane_step {
+	uint32_t lane;
+	uint64_t step;
+};
+
+struct window_asm {
+	struct wa_sink sink;
+	/* Set by the launching thread at a boundary, read here at its mark
+	 * (which the ring orders after it). */
+	const struct kv_stage *_Atomic stage;
+	atomic_int *_Atomic busy;
+	/* The open window: steps from `first`, its routing payloads, each
+	 * preceded by its length (u32), in arrival order. */
+	uint64_t first;
+	uint8_t *buf;
+	size_t len, cap;
+	uint32_t records, tokens, flags;
+	unsigned nlanes;
+	struct lane_step lanes[MAX_LANES];
+	struct {
+		atomic_ullong entries, windows, routing, unplaced, kv_chunks, kv_bytes, failures;
+	} n;
+};
+
+#define ADD(field, v) atomic_fetch_add_explicit(&wa->n.field, (v), memory_order_relaxed)
+#define LD(field) atomic_load_explicit(&wa->n.field, memory_order_relaxed)
+
+struct window_asm *wa_create(const struct wa_sink *sink)
+{
+	struct window_asm *wa = calloc(1, sizeof *wa);
+
+	if (wa)
+		wa->sink = *sink;
+	return wa;
+}
+
+void wa_destroy(struct window_asm *wa)
+{
+	if (wa)
+		free(wa->buf);
+	free(wa);
+}
+
+void wa_set_stage(struct window_asm *wa, const struct kv_stage *stage, atomic_int *busy)
+{
+	atomic_store_explicit(&wa->busy, busy, memory_order_relaxed);
+	atomic_store_explicit(&wa->stage, stage, memory_order_release);
+}
+
+void wa_gap(struct window_asm *wa, uint64_t entries)
+{
+	if (entries)
+		wa->flags |= WINDOW_ROUTING_GAP;
+}
+
+void wa_stats(const struct window_asm *wa_c, struct wa_stats *st)
+{
+	struct window_asm *wa = (struct window_asm *)wa_c;
+
+	*st = (struct wa_stats){ LD(entries), LD(windows), LD(routing), LD(unplaced),
+				 LD(kv_chunks), LD(kv_bytes), LD(failures) };
+}
+
+/* ---- markers and routing --------------------------------------------- */
+
+static void mark(struct window_asm *wa, uint32_t lane, uint64_t step)
+{
+	unsigned i;
+
+	for (i = 0; i < wa->nlanes; i++)
+		if (wa->lanes[i].lane == lane)
+			break;
+	if (i == wa->nlanes) {
+		if (wa->nlanes == MAX_LANES)
+			i = 0;	/* the preload's clock has as many: never */
+		else
+			wa->nlanes++;
+	}
+	wa->lanes[i] = (struct lane_step){ lane, step };
+}
+
+static int step_of(const struct window_asm *wa, uint32_t lane, uint64_t *step)
+{
+	unsigned i;
+
+	for (i = 0; i < wa->nlanes; i++)
+		if (wa->lanes[i].lane == lane) {
+			*step = wa->lanes[i].step;
+			return 0;
+		}
+	return -1;
+}
+
+static int reserve(struct window_asm *wa, size_t more)
+{
+	size_t cap = wa->cap ? wa->cap : 1u << 16;
+	uint8_t *p;
+
+	if (wa->len + more <= wa->cap)
+		return 0;
+	while (cap < wa->len + more)
+		cap *= 2;
+	if (!(p = realloc(wa->buf, cap)))
+		return -1;
+	wa->buf = p;
+	wa->cap = cap;
+	return 0;
+}
+
+static void routing(struct window_asm *wa, const struct cap_entry *e, const void *ids,
+		    size_t len)
+{
+	struct rec_routing r = {
+		.layer = (uint32_t)e->step, .tokens = e->rows, .k = (uint16_t)e->k,
+		.id_bytes = 4, .experts = WA_TAG_EXPERTS(e->tag),
+	};
+	uint32_t plen = (uint32_t)(ROUTING_HDR_SIZE + len);
+	const int32_t *id = ids;
+	size_t i;
+
+	ADD(entries, 1);
+	/* Before the lane's first marker, or layers no record can name. */
+	if (step_of(wa, WA_TAG_LANE(e->tag), &r.step) < 0 || e->k > UINT16_MAX ||
+	    e->step > UINT32_MAX || r.step < wa->first) {
+		ADD(unplaced, 1);
+		wa->flags |= WINDOW_ROUTING_GAP;
+		return;
+	}
+	/* Without the rule's count, the ids say at least this many (ids that
+	 * did not fit int32 read as CAP_ID_INVALID and say nothing). */
+	for (i = 0; !r.experts && i < len / 4; i++)
+		if (id[i] >= 0 && (uint32_t)id[i] + 1 > r.experts)
+			r.experts = (uint32_t)id[i] + 1;
+	if (reserve(wa, 4 + (size_t)plen) < 0) {
+		ADD(failures, 1);
+		wa->flags |= WINDOW_ROUTING_GAP;
+		return;
+	}
+	memcpy(wa->buf + wa->len, &plen, 4);
+	rec_routing_encode(wa->buf + wa->len + 4, &r);
+	/* The ring holds native int32, the log little-endian: both are the
+	 * hosts CUDA runs on. */
+	memcpy(wa->buf + wa->len + 4 + ROUTING_HDR_SIZE, ids, len);
+	wa->len += 4 + (size_t)plen;
+	wa->records++;
+	if (r.layer == 0)
+		wa->tokens += r.tokens;
+}
+
+/* ---- the commit of a window ------------------------------------------ */
+
+/* Copy the staged chunks into the KV store and log their KVREFs; the log
+ * lock is held.  Returns the number logged; flags what could not be. */
+static uint32_t put_chunks(struct window_asm *wa, uint64_t window, uint64_t last_step)
+{
+	const struct kv_stage *s = atomic_load_explicit(&wa->stage, memory_order_acquire);
+	const struct kv_stage_entry *t;
+	const uint8_t *data;
+	uint64_t n, i;
+	uint32_t logged = 0;
+
+	if (!s)
+		return 0;
+	t = (const struct kv_stage_entry *)((const uint8_t *)s + s->table_off);
+	data = (const uint8_t *)s + s->data_off;
+	n = s->entries < s->max_entries ? s->entries : s->max_entries;
+	if (s->overflow)
+		wa->flags |= WINDOW_KV_PARTIAL;
+	for (i = 0; i < n; i++) {
+		struct kv_stage_entry e = t[i];
+		uint8_t p[KVREF_PAYLOAD_SIZE];
+		struct rec_kvref ref = { .pool = e.pool, .bytes = e.bytes, .block = e.chunk,
+					 .step = last_step };
+
+		if (e.data > s->capacity || e.bytes > s->capacity - e.data ||
+		    kvs_put(wa->sink.kvs, e.pool, e.chunk, data + e.data, e.bytes, window,
+			    &ref.store_off, &ref.crc) < 0) {
+			wa->flags |= WINDOW_KV_PARTIAL;
+			continue;
+		}
+		rec_kvref_encode(p, &ref);
+		if (wal_append(wa->sink.wal, WAL_REC_KVREF, p, sizeof p) < 0) {
+			wa->flags |= WINDOW_KV_PARTIAL;
+			continue;
+		}
+		logged++;
+		ADD(kv_bytes, e.bytes);
+	}
+	return logged;
+}
+
+static void commit(struct window_asm *wa, uint64_t end)
+{
+	uint8_t extra[WINDOW_STEPS_SIZE];
+	struct rec_window_steps ws = { .first_step = wa->first,
+				       .steps = (uint32_t)(end - wa->first),
+				       .tokens = wa->tokens };
+	struct wal_stats st;
+	size_t off;
+	int64_t r = 0;
+
+	pthread_mutex_lock(wa->sink.log_lock);
+	wal_stats(wa->sink.wal, &st);
+	if (wa->sink.kvs)
+		ws.kv_chunks = put_chunks(wa, st.open_window, end - 1);
+	for (off = 0; off < wa->len && r >= 0;) {
+		uint32_t plen;
+
+		memcpy(&plen, wa->buf + off, 4);
+		r = wal_append(wa->sink.wal, WAL_REC_ROUTING, wa->buf + off + 4, plen);
+		off += 4 + (size_t)plen;
+	}
+	ws.flags = wa->flags;
+	rec_window_steps_encode(extra, &ws);
+	if (r >= 0)
+		r = wal_commit(wa->sink.wal, extra, sizeof extra, NULL);
+	pthread_mutex_unlock(wa->sink.log_lock);
+	if (r < 0) {
+		/* The records stay in the open window, uncommitted: the next
+		 * commit of any window publishes or the next epoch drops them. */
+		if (!LD(failures))
+			wal_logf(WAL_LOG_ERROR, "cannot commit the window of steps %llu-%llu: %s",
+				 (unsigned long long)wa->first, (unsigned long long)end - 1,
+				 wal_strerror((int)r));
+		ADD(failures, 1);
+	} else {
+		ADD(windows, 1);
+		ADD(routing, wa->records);
+		ADD(kv_chunks, ws.kv_chunks);
+	}
+}
+
+static void snapshot_mark(struct window_asm *wa, uint64_t end)
+{
+	atomic_int *busy = atomic_load_explicit(&wa->busy, memory_order_relaxed);
+
+	if (end > wa->first)
+		commit(wa, end);
+	if (busy)
+		atomic_store_explicit(busy, 0, memory_order_release);
+	wa->first = end;
+	wa->len = 0;
+	wa->records = wa->tokens = wa->flags = 0;
+}
+
+void wa_entry(void *arg, const struct cap_entry *e, const void *payload, size_t len)
+{
+	struct window_asm *wa = arg;
+
+	switch (WA_TAG_RULE(e->tag)) {
+	case WA_RULE_MARKER:
+		mark(wa, WA_TAG_LANE(e->tag), e->step);
+		break;
+	case WA_RULE_SNAP:
+		snapshot_mark(wa, e->step);
+		break;
+	default:
+		routing(wa, e, payload, len);
+		break;
+	}
+}

@@ -1,0 +1,80 @@
+/*
+ * window.h - decode windows assembled from the capture ring and committed.
+ *
+ * The consumer thread hands every ring entry to wa_entry, in ring order,
+ * which on each stream is execution order.  Three kinds of entries, told
+ * apart by the rule field of their tag (WA_TAG):
+ *  - a step marker, which the preload enqueued on a stream as that stream
+ *    started a step: later routing entries of that stream (lane) belong to
+ *    the step the marker carries;
+ *  - routing ids of a rule hit: step from its lane's marker, layer from the
+ *    entry (its `step` field carries the layer ordinal, which graphs record
+ *    once and replay);
+ *  - a snapshot mark, enqueued on the preload's side stream after the
+ *    streams of the window and the KV snapshot kernels: everything of the
+ *    window is in the ring before it, and the staging area holds the KV
+ *    chunks that changed.
+ * At a snapshot mark for step B, the window of steps [previous mark, B) is
+ * committed: KV chunks into the KV store (data first), then its KVREF and
+ * ROUTING records, then the WINDOW record (wal_commit) with its steps and
+ * flags.  Routing waits in memory until then, so a window's records are
+ * never split by the allocation windows committed meanwhile.
+ */
+#ifndef MOEFT_WINDOW_H
+#define MOEFT_WINDOW_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "capture.h"
+#include "kvsnap.h"
+#include "kvstore.h"
+#include "wal.h"
+
+/* An entry's tag: rule (or WA_RULE_*), experts when the rule gives them
+ * (else 0), and a 32-bit id of the stream. */
+#define WA_TAG(rule, experts, lane) \
+	((uint64_t)(rule) << 48 | (uint64_t)((experts) & 0xffff) << 32 | (uint32_t)(lane))
+#define WA_TAG_RULE(tag) ((unsigned)((tag) >> 48))
+#define WA_TAG_EXPERTS(tag) ((uint32_t)((tag) >> 32) & 0xffff)
+#define WA_TAG_LANE(tag) ((uint32_t)(tag))
+
+enum { WA_RULE_SNAP = 0xfffe, WA_RULE_MARKER = 0xffff, WA_MAX_RULES = 0xfffe };
+
+/* The 32-bit lane id of a stream handle. */
+static inline uint32_t wa_lane(uint64_t stream)
+{
+	return (uint32_t)(stream ^ stream >> 32);
+}
+
+struct wa_sink {
+	struct wal *wal;
+	struct kvs *kvs;             /* NULL: windows carry no KV */
+	pthread_mutex_t *log_lock;   /* held around every append and commit */
+};
+
+struct wa_stats {
+	uint64_t entries;       /* routing entries received */
+	uint64_t windows, routing, unplaced, kv_chunks, kv_bytes, failures;
+};
+
+struct window_asm;
+
+struct window_asm *wa_create(const struct wa_sink *sink);
+void wa_destroy(struct window_asm *wa);
+
+/* The staging area snapshot marks refer to (NULL: none), and the flag the
+ * assembler clears once it has copied a snapshot out of it. */
+void wa_set_stage(struct window_asm *wa, const struct kv_stage *stage, atomic_int *busy);
+
+/* A ring_fn (ring.h): one entry, in ring order.  The consumer thread's. */
+void wa_entry(void *wa, const struct cap_entry *e, const void *payload, size_t len);
+
+/* Appends the GPU dropped (ring full): the open window lacks routing. */
+void wa_gap(struct window_asm *wa, uint64_t entries);
+
+/* Counters, readable from any thread. */
+void wa_stats(const struct window_asm *wa, struct wa_stats *st);
+
+#endif

@@ -1,0 +1,128 @@
+/*
+ * kvstore.h - the KV store: the bytes of KV-pool chunks, beside the log.
+ *
+ * The log (wal.h) holds routing and small records; KV data is too large to
+ * pass through its ring, so it lives in a second file next to it (the
+ * log's path + ".kv", on the same medium and NUMA node), written by the
+ * same process.  Each KV pool the preload tracks has a region of chunks,
+ * and each chunk two slots, so that writing a chunk for the open window
+ * never overwrites the copy the last committed window refers to (the
+ * commit protocol of shared/DESIGN.md: data, persist, WINDOW record,
+ * persist, commit word).
+ *
+ * A slot carries a header: the id of the window that wrote it (the log's
+ * window id, wal_stats.open_window), the chunk's index, length and
+ * CRC-32C.  Which slot holds a chunk's state as of committed window C: the
+ * slot with the highest window id <= C; if it fails a CRC the chunk is
+ * damaged (the older slot is never taken instead: it would restore stale
+ * bytes as current).  Only the two newest copies exist, so asking for a
+ * window older than the last committed one may find neither.  Slots of
+ * windows that never committed are erased when a writer opens the store
+ * (kvs_open's first_uncommitted), so a later epoch reusing their window
+ * ids cannot mistake them for its own.
+ *
+ * The store is bound to its log by the log's id: a store of another log
+ * (the log was formatted again) is reformatted on open.  Layout and
+ * checks: wal/FORMAT.md, "KV store".  Never includes a CUDA header.
+ */
+#ifndef MOEFT_KVSTORE_H
+#define MOEFT_KVSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wal.h"
+
+#define KVS_MAX_POOLS 64u
+
+/* A KV pool, as the preload identifies it across processes. */
+struct kvs_pool_desc {
+	uint64_t fingerprint;   /* allocation call site (rec_alloc.fingerprint) */
+	uint64_t size;          /* allocation bytes */
+	uint64_t chunk_bytes;   /* power of two, 4 KiB to 1 GiB */
+	uint32_t ordinal;       /* rec_alloc.ordinal */
+	uint32_t pad;           /* ignored */
+};
+
+struct kvs;
+
+/*
+ * Open (creating it when missing) the store at path for writing, bound to
+ * the log with id log_id (not 0), its pages bound to numa_node (-1: none).
+ * A file that is not a store of this log is formatted (a line is logged).
+ * Slot headers with window id >= first_uncommitted are erased (durably)
+ * before it returns.  0, or a negative wal_status with err->msg saying
+ * why: a damaged pool table is refused (WAL_ECORRUPT), never guessed at.
+ * Only regular files (tmpfs, DAX filesystems) are supported.  The caller
+ * holds the log's writer lock, which covers the store; the store takes
+ * its own flock too (WAL_EBUSY).
+ *
+ * kvs_put may run in several threads at once for distinct chunks, and
+ * beside kvs_pool; the same chunk must not be put by two threads at once.
+ */
+int kvs_open(const char *path, uint64_t log_id, int numa_node, uint64_t first_uncommitted,
+	     struct kvs **out, struct wal_error *err);
+void kvs_close(struct kvs *s);
+
+/* The pool number of d: an existing pool with the same fingerprint, size,
+ * chunk size and ordinal, or a new region (the file grows; durable when it
+ * returns).  0, WAL_EFULL past KVS_MAX_POOLS, WAL_EINVAL for a chunk size
+ * or pool size the store cannot hold, or another negative status (the
+ * reason is logged). */
+int kvs_pool(struct kvs *s, const struct kvs_pool_desc *d, uint32_t *pool_no);
+
+/*
+ * Write chunk `chunk` of pool pool_no (1 to chunk-size bytes; the pool's
+ * last chunk holds only what is left of the pool) for window `window`:
+ * into the slot that does not hold the chunk's newest copy of an earlier
+ * window, data first, then the header, each made durable.  Returns 0 with
+ * the byte offset of the slot's data in the file (*store_off) and the
+ * data's CRC-32C (*crc), computed while copying; either may be NULL.
+ * WAL_EINVAL for a pool, chunk, length or window (>= 2^63 - 1) out of range.
+ */
+int kvs_put(struct kvs *s, uint32_t pool_no, uint64_t chunk, const void *data, uint32_t len,
+	    uint64_t window, uint64_t *store_off, uint32_t *crc);
+
+/* ---- Reading (restore, verification) ----------------------------------- */
+
+struct kvs_reader;
+
+struct kvs_pool_info {
+	struct kvs_pool_desc d;
+	uint64_t nchunks;
+};
+
+/* Map a store read-only.  Its content is untrusted: every header is checked
+ * before use, and a pool table that fails a check, or whose regions lie
+ * past the end of the file, is refused.  expect_log_id != 0: refuse
+ * (WAL_ENOTLOG, with a message naming both ids) a store of another log. */
+int kvs_reader_open(const char *path, uint64_t expect_log_id, struct kvs_reader **out,
+		    struct wal_error *err);
+/* The same over a byte image of a store, which must outlive the reader. */
+int kvs_reader_open_buf(const void *buf, size_t len, uint64_t expect_log_id,
+			struct kvs_reader **out, struct wal_error *err);
+void kvs_reader_close(struct kvs_reader *r);
+
+/* Pools in pool-number order. */
+unsigned kvs_reader_pools(const struct kvs_reader *r);
+int kvs_reader_pool(const struct kvs_reader *r, uint32_t pool_no, struct kvs_pool_info *out);
+
+enum kvs_chunk_state {
+	KVS_CHUNK_NONE = 0,     /* no slot of a window <= the one asked for:
+				   never written as of the last committed
+				   window (its bytes are zeros) */
+	KVS_CHUNK_OK = 1,       /* *data, *len, *window, *crc filled */
+	KVS_CHUNK_DAMAGED = 2   /* the newest slot of a window <= upto fails
+				   its data CRC, or a slot's header fails its
+				   CRC (its window is unknown) */
+};
+
+/* The state of a chunk as of committed window `upto`: enum kvs_chunk_state,
+ * or WAL_EINVAL for a pool or chunk out of range.  The outputs are set for
+ * KVS_CHUNK_OK only; *data points into the mapping (valid until
+ * kvs_reader_close). */
+int kvs_reader_chunk(const struct kvs_reader *r, uint32_t pool_no, uint64_t chunk,
+		     uint64_t upto, const uint8_t **data, uint32_t *len, uint64_t *window,
+		     uint32_t *crc);
+
+#endif
