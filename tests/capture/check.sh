@@ -59,6 +59,19 @@ run() {
 		fail "$name: the log is not the truth's (stderr: $(cat "$dir/$name.err"))"
 }
 
+# No configuration at all: the default log, window 16, the profile found
+# by itself.  (The default path is per user and process name.)
+default=/dev/shm/moeft-$(id -un | tr -c 'A-Za-z0-9._\n-' _)-serve.wal
+rm -f "$default" "$default.kv"
+"$serve" --mode=graph >"$dir/default.plain"
+env -u MOEFT_WAL -u MOEFT_WINDOW -u MOEFT_PROFILE -u MOEFT_LOG LD_PRELOAD="$lib" \
+	"$serve" --mode=graph --truth="$dir/default.truth" >"$dir/default.out" ||
+	fail "default: run under the preload failed"
+cmp -s "$dir/default.plain" "$dir/default.out" || fail "default: output differs"
+"$checker" "$dir/default.truth" "$default" graph 16 skips ||
+	fail "default: the log at $default is not the truth's"
+rm -f "$default" "$default.kv"
+
 # With two host threads, 64 sequences keep both groups busy every step: a
 # stream that idles and comes back while another thread runs freely cannot
 # be placed in the right step from the host's calls (preload/STEPS.md).
