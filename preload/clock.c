@@ -22,6 +22,7 @@ struct lane {
 struct clock {
 	unsigned window;
 	int64_t step;           /* the process's; -1 before the first */
+	int64_t first;          /* the first step: 0, or a resumed one */
 	/* Threads that took part in the process's step, with their syncs then
 	 * (only the first CLK_STEP_THREADS). */
 	unsigned nthreads;
@@ -49,6 +50,12 @@ void clk_destroy(struct clock *c)
 int64_t clk_step(const struct clock *c)
 {
 	return c->step;
+}
+
+void clk_resume(struct clock *c, uint64_t last)
+{
+	c->step = (int64_t)last;
+	c->first = (int64_t)last + 1;
 }
 
 static struct lane *lane_of(struct clock *c, uint64_t id)
@@ -94,12 +101,14 @@ static void thread_took_part(struct clock *c, const struct clk_thread *th)
 static void start_step(struct clock *c, struct lane *l, uint64_t key,
 		       const struct clk_thread *th, struct clk_tick *t)
 {
-	if (l->step >= c->step || thread_done(c, th)) {
+	/* A resumed process's current step is the dead process's: never join it. */
+	if (l->step >= c->step || c->step < c->first || thread_done(c, th)) {
 		c->step++;
 		c->nthreads = 0;
-		t->boundary = c->step > 0 && c->step % c->window == 0;
+		t->boundary = c->step > c->first && c->step % c->window == 0;
 	}
 	thread_took_part(c, th);
+	t->lane_first = l->step < 0;
 	l->step = c->step;
 	l->live.first_key = key;
 	l->live.routing = 0;

@@ -56,6 +56,7 @@ struct clk_thread {
 
 struct clk_tick {
 	int new_step;    /* the launch starts a step of its lane */
+	int lane_first;  /* ... its first step */
 	int boundary;    /* ... and the process entered the first step of a
 			    window: the previous window ended before it */
 	uint64_t step;   /* the lane's step (0 while capturing) */
@@ -79,5 +80,9 @@ unsigned clk_lanes(const struct clock *c, uint64_t since, uint64_t *lanes, unsig
 
 /* The process's current step, or -1 before the first. */
 int64_t clk_step(const struct clock *c);
+
+/* A process resuming after step `last` (restore mode): its first step is
+ * last + 1, and entering it ends no window. */
+void clk_resume(struct clock *c, uint64_t last);
 
 #endif

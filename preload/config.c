@@ -40,7 +40,11 @@
 
 const char *const config_vars[] = {
 	"MOEFT_WAL", "MOEFT_WAL_SIZE", "MOEFT_NUMA_NODE", "MOEFT_WINDOW", "MOEFT_PROFILE",
-	"MOEFT_KV", "MOEFT_LOG", "MOEFT_DISABLE", "MOEFT_STRICT", NULL
+	"MOEFT_KV", "MOEFT_LOG", "MOEFT_DISABLE", "MOEFT_STRICT",
+	/* Set by `moeft restore` for the process it starts: the plan the
+	 * preload follows, and the manifest for the application's own
+	 * recovery hook (the preload never reads it). */
+	"MOEFT_RESTORE", "MOEFT_RESTORE_MANIFEST", NULL
 };
 
 static const char *const log_names[] = { "error", "warn", "info", "debug" };
@@ -247,6 +251,20 @@ static int load_window(struct moeft_config *c, const char *v, char *err, size_t 
 
 /* Parsing the profile now, not when the first kernel is named, puts a
  * file's syntax errors (with their line numbers) into the startup line. */
+static int load_restore(struct moeft_config *c, const char *v, char *err, size_t errlen)
+{
+	size_t n = strlen(v);
+
+	if (v[0] != '/')
+		return bad(err, errlen, "MOEFT_RESTORE", v,
+			   "must be an absolute path (it is set by moeft restore)");
+	if (n >= sizeof c->restore_plan)
+		return bad(err, errlen, "MOEFT_RESTORE", v, "longer than %zu bytes",
+			   sizeof c->restore_plan - 1);
+	memcpy(c->restore_plan, v, n + 1);
+	return 0;
+}
+
 static int load_profile(struct moeft_config *c, const char *v, char *err, size_t errlen)
 {
 	struct profile p = { 0 };
@@ -428,6 +446,8 @@ int config_load(struct moeft_config *c, const char *(*get)(const char *name),
 	if ((v = lookup(get, "MOEFT_PROFILE")) && load_profile(c, v, err, errlen) < 0)
 		return -1;
 	if ((v = lookup(get, "MOEFT_KV")) && load_kv(c, v, err, errlen) < 0)
+		return -1;
+	if ((v = lookup(get, "MOEFT_RESTORE")) && load_restore(c, v, err, errlen) < 0)
 		return -1;
 	return 0;
 }

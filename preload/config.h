@@ -28,6 +28,7 @@ struct kv_selector {
 
 struct moeft_config {
 	char wal_path[PATH_MAX];
+	char restore_plan[PATH_MAX];    /* MOEFT_RESTORE ("" if unset) */
 	uint64_t wal_size;
 	int numa_node;                  /* -1: no binding */
 	unsigned window;                /* decode steps per committed window */

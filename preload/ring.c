@@ -98,7 +98,7 @@ long ring_poll(struct ring *r, ring_fn *fn, void *arg, struct ring_gap *gap)
 		r->seen_dropped_entries = de;
 		r->seen_dropped_bytes = db;
 	}
-	for (;;) {
+	while (fn) {
 		uint64_t off = r->tail & r->mask;
 		struct cap_entry *e = (struct cap_entry *)(r->data + off);
 		struct cap_entry h;

@@ -67,7 +67,8 @@ int ring_init(struct ring *r, void *mem, size_t len);
 
 /*
  * Deliver every published entry from the consumer's position on to fn,
- * stopping at the first one not yet published, and release their space.
+ * stopping at the first one not yet published, and release their space
+ * (fn NULL: deliver nothing, only read the drops).
  * When gap is not NULL it receives the drops counted since the previous
  * call read them (drops carry no ring position, so they can be placed
  * only between polls).  Returns the number of DATA entries delivered, or

@@ -31,6 +31,7 @@
 #include "kernel_id.h"
 #include "kvstore.h"
 #include "record.h"
+#include "restore.h"
 #include "ring.h"
 #include "runtime.h"
 #include "snapshot.h"
@@ -122,6 +123,7 @@ static struct {
 	pthread_mutex_t log_lock;
 	struct wal *wal;
 	struct kvs *kvs;             /* NULL: KV capture off */
+	struct restore_plan *plan;   /* restore mode (restore.h); else NULL */
 	unsigned pending;            /* records appended, not yet committed */
 	struct counters n;
 	atomic_bool said[ONCE_COUNT];
@@ -193,6 +195,22 @@ static void give_up(const char *fmt, ...)
 	rt_log(WAL_LOG_ERROR, "%s; running un-instrumented", what);
 }
 
+/* The fresh process cannot take the plan: say why and stop, since running
+ * on would serve from state the user believes restored. */
+__attribute__((noreturn, format(printf, 1, 2)))
+static void refuse(const char *fmt, ...)
+{
+	char what[768];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof what, fmt, ap);
+	va_end(ap);
+	rt_log(WAL_LOG_ERROR, "restore: %s; stopping (run moeft restore with --force-fresh to "
+	       "start without restoring)", what);
+	_exit(RT_EXIT_RESTORE);
+}
+
 /*
  * In a child of fork() the log belongs to the parent: the child must never
  * append to it.  The child drops its handle (unmapping the log and closing
@@ -245,6 +263,25 @@ static void open_kv_store(void)
 	}
 }
 
+/* Restore mode: the plan must load and belong to this log, else the
+ * process stops (the user asked for a restore). */
+static void load_plan(void)
+{
+	static struct restore_plan plan;
+	struct wal_stats st;
+	char err[600];
+
+	if (restore_plan_load(rt.cfg.restore_plan, &plan, err, sizeof err) < 0)
+		refuse("MOEFT_RESTORE: %s", err);
+	wal_stats(rt.wal, &st);
+	if (plan.log_id != st.log_id)
+		refuse("MOEFT_RESTORE: the plan is for log %016" PRIx64 ", %s is log %016" PRIx64,
+		       plan.log_id, rt.cfg.wal_path, st.log_id);
+	rt.plan = &plan;
+	rt_log(WAL_LOG_INFO, "restore: %u KV pools of window %" PRIu64 " to restore",
+	       plan.npools, plan.window);
+}
+
 static int start(void)
 {
 	struct wal_options opt;
@@ -286,6 +323,8 @@ static int start(void)
 		return 0;
 	}
 	open_kv_store();
+	if (rt.cfg.restore_plan[0])
+		load_plan();
 	pthread_atfork(NULL, NULL, after_fork_child);
 	crash_install(rt.wal);
 	atexit(summary);
@@ -352,6 +391,8 @@ static void log_free(const struct alloc_info *a)
 }
 
 static void pools_of_alloc(const struct alloc_info *a);
+static void restore_alloc(const struct alloc_info *a);
+static void restore_report(void);
 
 static void log_begin(void)
 {
@@ -426,6 +467,8 @@ void rt_alloc(unsigned api, uint64_t base, uint64_t size, uint64_t fingerprint)
 	log_end();
 	if (r == 0 && rt.cfg.kv_count)
 		pools_of_alloc(&a);
+	if (r == 0 && rt.plan)
+		restore_alloc(&a);
 }
 
 void rt_free(uint64_t base)
@@ -511,6 +554,10 @@ static struct {
 	pthread_mutex_t win_lock;
 	struct clock *clock;
 	uint64_t last_boundary;  /* first step of the open window */
+	/* Restore mode: the copies' event once they are enqueued, which every
+	 * stream waits for before its first step. */
+	void *restored;
+	struct timespec restore_t0;
 	unsigned kv_seen[CONFIG_KV_MAX]; /* allocations of each MOEFT_KV size */
 } cap = { .once = PTHREAD_ONCE_INIT, .win_lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -521,14 +568,21 @@ static void capture_off(const char *why)
 		rt_log(WAL_LOG_ERROR, "capture: %s; capture stopped, forwarding goes on", why);
 }
 
-/* Deliver what is published: 0, or -1 when the ring is damaged. */
+/*
+ * Deliver what is published: 0, or -1 when the ring is damaged.  Drops
+ * carry no ring position: those counted before the poll go to the open
+ * window, ahead of the marks the poll may deliver.  (A drop racing with
+ * the poll is charged to the next window instead.)
+ */
 static int drain(void)
 {
 	struct ring_gap gap;
-	long n = ring_poll(&cap.ring, wa_entry, cap.wa, &gap);
+	long n;
 
+	ring_poll(&cap.ring, NULL, NULL, &gap);
 	atomic_fetch_add_explicit(&rt.n.cap_gaps, gap.entries, memory_order_relaxed);
 	wa_gap(cap.wa, gap.entries);
+	n = ring_poll(&cap.ring, wa_entry, cap.wa, NULL);
 	if (n >= 0)
 		return 0;
 	capture_off("the ring holds damage");
@@ -539,8 +593,11 @@ static void *consumer(void *arg)
 {
 	const struct timespec poll = { 0, CAP_POLL_NS };
 
-	while (!atomic_load_explicit(&cap.stop, memory_order_acquire) && drain() == 0)
+	while (!atomic_load_explicit(&cap.stop, memory_order_acquire) && drain() == 0) {
+		if (rt.plan)
+			restore_report();
 		nanosleep(&poll, NULL);
+	}
 	return NULL;
 }
 
@@ -575,7 +632,8 @@ static void capture_close(void)
 
 static void capture_open(void)
 {
-	struct wa_sink sink = { .wal = rt.wal, .kvs = rt.kvs, .log_lock = &rt.log_lock };
+	struct wa_sink sink = { .wal = rt.wal, .kvs = rt.kvs, .log_lock = &rt.log_lock,
+				.first_step = rt.plan ? rt.plan->last_step + 1 : 0 };
 	char why[256];
 	void *host;
 
@@ -587,6 +645,10 @@ static void capture_open(void)
 	if (!(cap.wa = wa_create(&sink)) || !(cap.clock = clk_create(rt.cfg.window))) {
 		capture_off("out of memory");
 		return;
+	}
+	if (rt.plan) {
+		clk_resume(cap.clock, rt.plan->last_step);
+		cap.last_boundary = rt.plan->last_step + 1;
 	}
 	if ((errno = pthread_create(&cap.thread, NULL, consumer, NULL))) {
 		capture_off(strerror(errno));
@@ -686,6 +748,87 @@ static void pools_of_alloc(const struct alloc_info *a)
 	pthread_mutex_unlock(&cap.win_lock);
 }
 
+/* ---- restore mode ---------------------------------------------------------- */
+
+/* A new allocation may be one of the plan's pools. */
+static void restore_alloc(const struct alloc_info *a)
+{
+	const struct restore_pool *q;
+
+	pthread_mutex_lock(&cap.win_lock);
+	if (!cap.restored && (q = restore_match(rt.plan, a->fingerprint, a->size, a->ordinal,
+						a->base)))
+		rt_log(WAL_LOG_DEBUG, "restore: pool %u is the allocation at 0x%" PRIx64, q->no,
+		       a->base);
+	pthread_mutex_unlock(&cap.win_lock);
+}
+
+static double since(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* The first step of the process: copy the images in on its stream, ahead
+ * of its first launch; win_lock held. */
+static void restore_now(void *stream)
+{
+	const struct restore_pool *q = restore_unmatched(rt.plan);
+	uint64_t bytes = 0;
+	unsigned i;
+	int r;
+
+	if (q)
+		refuse("pool %u of the crashed process (%" PRIu64 " bytes, call site %016" PRIx64
+		       ", ordinal %u) has no allocation of the same identity here: another "
+		       "model or configuration", q->no, q->size, q->fingerprint, q->ordinal);
+	clock_gettime(CLOCK_MONOTONIC, &cap.restore_t0);
+	for (i = 0; i < rt.plan->npools; i++) {
+		q = &rt.plan->pools[i];
+		if ((r = rt_dev_copy_to_device(q->base, q->image, q->size, stream)))
+			refuse("copying pool %u in failed (CUresult %d)", q->no, r);
+		bytes += q->size;
+	}
+	if ((r = rt_dev_event(&cap.restored)) || (r = rt_dev_record(cap.restored, stream)))
+		refuse("cannot record the copies' event (CUresult %d)", r);
+	rt_log(WAL_LOG_INFO, "restore: %u KV pools, %" PRIu64 " bytes of window %" PRIu64
+	       " (steps %" PRIu64 "-%" PRIu64 ") enqueued; resuming at step %" PRIu64,
+	       rt.plan->npools, bytes, rt.plan->window, rt.plan->first_step,
+	       rt.plan->last_step, rt.plan->last_step + 1);
+}
+
+/* Restore at the process's first step; every stream's first step waits
+ * for it. */
+static void restore_or_wait(void *stream, const struct clk_tick *t)
+{
+	int r;
+
+	if (!cap.restored)
+		restore_now(stream);
+	else if (t->lane_first && (r = rt_dev_wait(stream, cap.restored)))
+		refuse("cannot order a stream after the copies (CUresult %d)", r);
+}
+
+/* The consumer's poll: once the copies are done, one line with the time. */
+static void restore_report(void)
+{
+	static int said;
+	uint64_t bytes = 0;
+	double s;
+	unsigned i;
+
+	if (said || !cap.restored || rt_dev_query(cap.restored) != 0)
+		return;
+	said = 1;
+	s = since(&cap.restore_t0);
+	for (i = 0; i < rt.plan->npools; i++)
+		bytes += rt.plan->pools[i].size;
+	rt_log(WAL_LOG_WARN, "restore: %" PRIu64 " bytes of KV restored in %.3f s (%.2f GB/s)",
+	       bytes, s, s > 0 ? (double)bytes / s / 1e9 : 0.0);
+}
+
 /* ---- steps and windows ---------------------------------------------------- */
 
 /* The process enters `step`, the first of a window: enqueue the boundary of
@@ -751,6 +894,8 @@ static void tick(void *stream, int kind, uint64_t key, const struct rule_hit *h,
 			       "ones are not captured", CLK_MAX_LANES);
 		t->layer = UINT32_MAX;
 	} else if (t->new_step && !capturing) {
+		if (rt.plan)
+			restore_or_wait(stream, t);
 		step_started(stream, t);
 	}
 	pthread_mutex_unlock(&cap.win_lock);

@@ -27,6 +27,10 @@
 
 enum { RT_UNINIT = 0, RT_ACTIVE = 1, RT_OFF = 2 };
 
+/* The exit status of a process the preload stops because it cannot take
+ * the restore it was started for (restore.h). */
+#define RT_EXIT_RESTORE 3
+
 extern atomic_int rt_state RT_HIDDEN;
 /* The kernel decision cache; set before rt_state first becomes RT_ACTIVE. */
 extern struct kid_cache *rt_kids RT_HIDDEN;
@@ -169,5 +173,7 @@ int rt_dev_stream(void **stream);     /* non-blocking */
 int rt_dev_event(void **event);       /* without timing */
 int rt_dev_record(void *event, void *stream);
 int rt_dev_wait(void *stream, void *event);
+int rt_dev_query(void *event);        /* 0: done; CUDA_ERROR_NOT_READY */
+int rt_dev_copy_to_device(uint64_t dev, const void *src, size_t len, void *stream);
 
 #endif

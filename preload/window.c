@@ -45,8 +45,10 @@ struct window_asm *wa_create(const struct wa_sink *sink)
 {
 	struct window_asm *wa = calloc(1, sizeof *wa);
 
-	if (wa)
+	if (wa) {
 		wa->sink = *sink;
+		wa->first = sink->first_step;
+	}
 	return wa;
 }
 
@@ -144,7 +146,7 @@ static void routing(struct window_asm *wa, const struct cap_entry *e, const void
 	}
 	/* Without the rule's count, the ids say at least this many (ids that
 	 * did not fit int32 read as CAP_ID_INVALID and say nothing). */
-	for (i = 0; !r.experts && i < len / 4; i++)
+	for (i = 0; !WA_TAG_EXPERTS(e->tag) && i < len / 4; i++)
 		if (id[i] >= 0 && (uint32_t)id[i] + 1 > r.experts)
 			r.experts = (uint32_t)id[i] + 1;
 	if (reserve(wa, 4 + (size_t)plen) < 0) {
@@ -230,10 +232,11 @@ static void commit(struct window_asm *wa, uint64_t end)
 	rec_window_steps_encode(extra, &ws);
 	if (r >= 0)
 		r = wal_commit(wa->sink.wal, extra, sizeof extra, NULL);
+	/* Half a window must not ride along with the next commit. */
+	if (r < 0)
+		wal_abort(wa->sink.wal);
 	pthread_mutex_unlock(wa->sink.log_lock);
 	if (r < 0) {
-		/* The records stay in the open window, uncommitted: the next
-		 * commit of any window publishes or the next epoch drops them. */
 		if (!LD(failures))
 			wal_logf(WAL_LOG_ERROR, "cannot commit the window of steps %llu-%llu: %s",
 				 (unsigned long long)wa->first, (unsigned long long)end - 1,

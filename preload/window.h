@@ -52,6 +52,7 @@ struct wa_sink {
 	struct wal *wal;
 	struct kvs *kvs;             /* NULL: windows carry no KV */
 	pthread_mutex_t *log_lock;   /* held around every append and commit */
+	uint64_t first_step;         /* of the first window: 0, or a resumed step */
 };
 
 struct wa_stats {

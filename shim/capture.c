@@ -216,3 +216,21 @@ int rt_dev_wait(void *stream, void *event)
 		return CUDA_ERROR_NOT_FOUND;
 	return wait((CUstream)stream, (CUevent)event, 0);
 }
+
+int rt_dev_query(void *event)
+{
+	__typeof__(&cuEventQuery) query;
+
+	if (!REAL(query, cuEventQuery))
+		return CUDA_ERROR_NOT_FOUND;
+	return query((CUevent)event);
+}
+
+int rt_dev_copy_to_device(uint64_t dev, const void *src, size_t len, void *stream)
+{
+	__typeof__(&cuMemcpyHtoDAsync_v2) copy;
+
+	if (!REAL(copy, cuMemcpyHtoDAsync_v2))
+		return CUDA_ERROR_NOT_FOUND;
+	return copy(dev, src, len, (CUstream)stream);
+}

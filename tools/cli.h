@@ -25,7 +25,7 @@ struct cli_command {
 	int (*run)(const struct cli_command *cmd, int argc, char **argv);
 };
 
-extern const struct cli_command cmd_verify, cmd_inspect, cmd_demo, cmd_bench;
+extern const struct cli_command cmd_verify, cmd_inspect, cmd_restore, cmd_demo, cmd_bench;
 
 /* The tools' environment, read once by cli_env_load(). */
 struct cli_env {

@@ -58,6 +58,7 @@ int hist_add(struct hist *h, const struct wal_record *rec)
 	l = &h->layer[r->layer];
 	if (fit_layer(l, r->experts < HIST_MAX_EXPERTS ? r->experts : HIST_MAX_EXPERTS) < 0)
 		return -1;
+	l->tokens += r->tokens;
 	for (uint64_t i = 0; i < ids; i++) {
 		uint32_t id = rec_routing_id(r, (size_t)i);
 
@@ -69,6 +70,7 @@ int hist_add(struct hist *h, const struct wal_record *rec)
 			return -1;
 		l->count[id]++;
 		l->total++;
+		h->total++;
 	}
 	if (l->n > h->experts)
 		h->experts = l->n;

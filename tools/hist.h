@@ -19,12 +19,14 @@ struct hist_layer {
 	uint64_t *count;	/* tokens routed to each expert id */
 	uint32_t n;		/* slots in count */
 	uint64_t total;		/* sum of count */
+	uint64_t tokens;	/* rows routed (each to k experts) */
 };
 
 struct hist {
 	struct hist_layer *layer;
 	uint32_t nlayers;	/* highest layer seen + 1 */
 	uint32_t experts;	/* most experts seen in any layer */
+	uint64_t total;		/* ids counted, all layers */
 	uint64_t ignored;	/* ids of layers or experts beyond the caps */
 };
 

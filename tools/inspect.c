@@ -6,12 +6,17 @@
  * (--records) is a second pass, so the summary comes first in text and
  * JSON alike.  Payloads are untrusted: each is decoded by its codec and
  * shown as "undecodable" when it cannot be what its type says.
+ *
+ * Expert usage (the histograms, --heatmap) counts the routing of decode
+ * windows only: a window without steps holds allocation events, or is
+ * one a crash handler closed early, with a part of a window's routing.
  */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "heatmap.h"
 #include "hist.h"
 #include "json.h"
 #include "record.h"
@@ -30,7 +35,8 @@ struct epoch_run {
 struct scan {
 	struct epoch_run *run;
 	size_t nrun;
-	struct hist hist;
+	struct hist hist;		/* routing of the decode windows */
+	struct heatmap_span span;	/* the decode windows */
 	uint64_t undecodable;
 };
 
@@ -43,6 +49,12 @@ static const struct wal_window *window_of(const struct report *rp, size_t *wi,
 	return *wi < rp->nwin && rp->win[*wi].id == rec->window ? &rp->win[*wi] : NULL;
 }
 
+/* Whether `w` is a decode window (its extra bytes give steps), with *s. */
+static int decode_window(const struct wal_window *w, struct rec_window_steps *s)
+{
+	return rec_window_steps_decode(w->extra, w->extra_len, s) == 0 && s->steps;
+}
+
 static void describe_window(const struct wal_window *w, char *buf, size_t len)
 {
 	struct rec_window_steps s;
@@ -53,7 +65,7 @@ static void describe_window(const struct wal_window *w, char *buf, size_t len)
 		     cli_fmt_bytes(b, sizeof b, w->bytes), cli_fmt_time(t, sizeof t, w->commit_ns));
 	if (n < 0 || (size_t)n >= len || !w->extra_len)
 		return;
-	if (rec_window_steps_decode(w->extra, w->extra_len, &s) == 0 && s.steps)
+	if (decode_window(w, &s))
 		snprintf(buf + n, len - (size_t)n, "; steps %" PRIu64 "-%" PRIu64 " (%" PRIu32
 			 " tokens)", s.first_step, s.first_step + s.steps - 1, s.tokens);
 	else
@@ -145,10 +157,21 @@ static int add_to_run(struct scan *s, const struct wal_record *rec)
 	return 0;
 }
 
+static void add_to_span(struct heatmap_span *sp, const struct wal_window *w,
+			const struct rec_window_steps *st)
+{
+	if (!sp->windows++)
+		sp->first_window = w->id;
+	sp->last_window = w->id;
+	sp->tokens += st->tokens;
+	sp->gaps += (st->flags & WINDOW_ROUTING_GAP) != 0;
+}
+
 static int scan(const struct report *rp, struct scan *s)
 {
 	struct wal_iter it;
 	struct wal_record rec;
+	struct rec_window_steps st;
 	size_t wi = 0;
 	char buf[256];
 
@@ -156,9 +179,14 @@ static int scan(const struct report *rp, struct scan *s)
 	hist_init(&s->hist);
 	wal_iter_init(&it, rp->r);
 	while (wal_iter_next(&it, &rec)) {
-		if (describe(&rec, window_of(rp, &wi, &rec), buf, sizeof buf) < 0)
+		const struct wal_window *w = window_of(rp, &wi, &rec);
+		int decode = w && decode_window(w, &st);
+
+		if (describe(&rec, w, buf, sizeof buf) < 0)
 			s->undecodable++;
-		if (add_to_run(s, &rec) < 0 || hist_add(&s->hist, &rec) < 0)
+		if (decode && rec.type == WAL_REC_WINDOW)
+			add_to_span(&s->span, w, &st);
+		if (add_to_run(s, &rec) < 0 || (decode && hist_add(&s->hist, &rec) < 0))
 			return -1;
 	}
 	return 0;
@@ -241,8 +269,8 @@ static void experts_text(const struct hist *h)
 {
 	uint32_t top[TOP_EXPERTS];
 
-	cli_row(stdout, "experts", "top %u of %" PRIu32 " by tokens routed, per layer:",
-		TOP_EXPERTS, h->experts);
+	cli_row(stdout, "experts", "top %u of %" PRIu32 " by tokens routed in decode windows, "
+		"per layer:", TOP_EXPERTS, h->experts);
 	for (uint32_t l = 0; l < h->nlayers; l++) {
 		unsigned n = hist_top(h, l, top, TOP_EXPERTS);
 
@@ -276,7 +304,8 @@ static void records_text(const struct report *rp)
 	}
 }
 
-static void inspect_text(const struct report *rp, const struct scan *s, int records)
+static void inspect_text(const struct report *rp, const struct scan *s, int records,
+			 const char *heatmap)
 {
 	char t1[32], t2[32];
 
@@ -294,6 +323,9 @@ static void inspect_text(const struct report *rp, const struct scan *s, int reco
 			s->undecodable);
 	if (s->hist.nlayers)
 		experts_text(&s->hist);
+	if (heatmap)
+		cli_row(stdout, "heatmap", "%s: %" PRIu32 " layers x %" PRIu32 " experts", heatmap,
+			s->hist.nlayers, s->hist.experts);
 	if (records)
 		records_text(rp);
 }
@@ -388,7 +420,8 @@ static void records_json(const struct report *rp, struct json *j)
 	json_arr_end(j);
 }
 
-static void inspect_json(const struct report *rp, const struct scan *s, int records)
+static void inspect_json(const struct report *rp, const struct scan *s, int records,
+			 const char *heatmap)
 {
 	const struct wal_recovery *rec = rp->rec;
 	struct json j;
@@ -414,17 +447,37 @@ static void inspect_json(const struct report *rp, const struct scan *s, int reco
 	types_json(rec, &j);
 	json_kv_u64(&j, "undecodable", s->undecodable);
 	experts_json(&s->hist, &j);
+	if (heatmap)
+		json_kv_str(&j, "heatmap", heatmap);
 	if (records)
 		records_json(rp, &j);
 	json_obj_end(&j);
 }
 
+/* --heatmap FILE: EXIT_OK, or the exit status of the failure reported. */
+static int write_heatmap(const struct cli_command *cmd, int json, const struct report *rp,
+			 struct scan *s, const char *file)
+{
+	char msg[512];
+
+	if (!s->hist.total)
+		return cli_fail(cmd, json, EXIT_BAD, "%s: no routing in committed decode windows: "
+				"nothing to draw, %s not written", rp->path, file);
+	s->span.log = rp->path;
+	s->span.log_id = rp->rec->log_id;
+	if (heatmap_write(file, &s->hist, &s->span, msg, sizeof msg) < 0)
+		return cli_fail(cmd, json, EXIT_USAGE, "%s", msg);
+	return EXIT_OK;
+}
+
 static int inspect(const struct cli_command *cmd, int argc, char **argv)
 {
+	enum { OPT_HEATMAP = 256 }; /* no short form */
 	static const struct option opts[] = {
 		{ "wal", required_argument, NULL, 'w' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "records", no_argument, NULL, 'r' },
+		{ "heatmap", required_argument, NULL, OPT_HEATMAP },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -432,7 +485,8 @@ static int inspect(const struct cli_command *cmd, int argc, char **argv)
 	struct report rp;
 	struct scan s;
 	struct wal_error err = { 0 };
-	const char *path = NULL;
+	const char *path = NULL, *heatmap = NULL;
+	char msg[512];
 	int c, ret, records = 0;
 
 	while ((c = cli_getopt(&o, argc, argv, opts)) != -1) {
@@ -440,6 +494,7 @@ static int inspect(const struct cli_command *cmd, int argc, char **argv)
 		case 'w': path = optarg; break;
 		case 'j': o.json = 1; break;
 		case 'r': records = 1; break;
+		case OPT_HEATMAP: heatmap = optarg; break;
 		case 'h': cli_print_usage(cmd, stdout); return EXIT_OK;
 		}
 	}
@@ -449,20 +504,21 @@ static int inspect(const struct cli_command *cmd, int argc, char **argv)
 		cli_usage_error(&o, "--wal PATH is required");
 	if ((ret = cli_parse_done(&o)))
 		return ret;
+	if (heatmap && heatmap_check_path(heatmap, msg, sizeof msg) < 0)
+		return cli_fail(cmd, o.json, EXIT_USAGE, "%s", msg);
 
 	/* Damage is shown, not an exit status: only a log that cannot be
 	 * recovered at all fails. */
 	if ((ret = report_load(&rp, path, &err)) < 0)
 		return cli_fail(cmd, o.json, report_load_exit(ret), "%s", err.msg);
-	if (scan(&rp, &s) < 0) {
+	if (scan(&rp, &s) < 0)
 		ret = cli_fail(cmd, o.json, EXIT_USAGE, "out of memory");
-	} else {
-		if (o.json)
-			inspect_json(&rp, &s, records);
-		else
-			inspect_text(&rp, &s, records);
-		ret = EXIT_OK;
-	}
+	else
+		ret = heatmap ? write_heatmap(cmd, o.json, &rp, &s, heatmap) : EXIT_OK;
+	if (ret == EXIT_OK && o.json)
+		inspect_json(&rp, &s, records, heatmap);
+	else if (ret == EXIT_OK)
+		inspect_text(&rp, &s, records, heatmap);
 	scan_free(&s);
 	report_free(&rp);
 	return ret;
@@ -472,19 +528,24 @@ const struct cli_command cmd_inspect = {
 	.name = "inspect",
 	.summary = "show what a log holds: epochs, windows, record types, expert usage",
 	.usage =
-	"Usage: moeft inspect --wal PATH [--json] [--records]\n"
+	"Usage: moeft inspect --wal PATH [--json] [--records] [--heatmap FILE]\n"
 	"\n"
 	"Recover the log at PATH read-only and show its superblock, checkpoint,\n"
 	"writer epochs, committed windows, records per type, the dropped\n"
-	"uncommitted tail, any damage, and per layer the most used experts.\n"
+	"uncommitted tail, any damage, and per layer the experts most used in\n"
+	"the decode windows.\n"
 	"\n"
-	"  -w, --wal PATH   the log file or device-DAX node\n"
-	"  -j, --json       print one JSON object instead of text\n"
-	"  -r, --records    also list every committed record with a decoded summary\n"
-	"  -h, --help       show this help\n"
+	"  -w, --wal PATH       the log file or device-DAX node\n"
+	"  -j, --json           print one JSON object instead of text\n"
+	"  -r, --records        also list every committed record with a decoded summary\n"
+	"      --heatmap FILE   also draw expert usage as an SVG picture: a cell per\n"
+	"                       layer and expert, coloured by the expert's share of\n"
+	"                       the layer's routed token-slots in the decode windows\n"
+	"  -h, --help           show this help\n"
 	"\n"
 	"Exit status: 0 (also when damage is shown), 1 a moeft log too damaged to\n"
-	"recover (no superblock or checkpoint copy), 2 usage or I/O error, or not\n"
-	"a moeft log.\n",
+	"recover (no superblock or checkpoint copy), or --heatmap and no routing\n"
+	"to draw, 2 usage or I/O error (also FILE not writable), or not a moeft\n"
+	"log.\n",
 	.run = inspect,
 };

@@ -123,6 +123,14 @@ int wal_commit(struct wal *w, const void *extra, uint32_t extra_len,
 	       struct wal_commit_info *info);
 
 /*
+ * Drop what was appended to the open window since the last commit (the
+ * epoch's EPOCH record stays): for a producer whose window cannot be
+ * completed, e.g. a full log, so that the next commit does not publish
+ * half of it.  The dropped bytes are erased.
+ */
+void wal_abort(struct wal *w);
+
+/*
  * The only call that is async-signal-safe: for a crash handler.  Appends
  * one WAL_REC_CRASH record and commits the open window with it (no extra
  * bytes), so the record is durable when this returns 0.  The window may
@@ -145,7 +153,7 @@ struct wal_stats {
 	uint64_t used;                /* ring bytes between tail and head */
 	uint32_t epoch;
 	uint64_t appends, append_bytes;
-	uint64_t commits, reclaims, full_errors;
+	uint64_t commits, reclaims, full_errors, aborts;
 	uint64_t next_lsn, last_committed_lsn;
 	uint64_t open_window;         /* id the next commit will get */
 	uint64_t log_id;              /* random id given when the log was formatted */

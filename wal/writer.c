@@ -39,6 +39,10 @@ struct wal {
 	/* the open window */
 	uint64_t window, win_pos, win_first_lsn;
 	uint32_t win_index;
+	/* where wal_abort takes the head back to: after the last commit, or
+	 * after the epoch's EPOCH record while the epoch has committed nothing */
+	uint64_t open_head, open_lsn;
+	uint32_t open_index;
 	/* start of the last committed window: the tail never passes it */
 	int have_commit;
 	uint64_t keep_pos, keep_lsn, keep_window;
@@ -318,6 +322,14 @@ int64_t wal_append(struct wal *w, unsigned type, const void *payload, uint32_t l
 	return ret;
 }
 
+/* What the open window holds so far is kept by wal_abort. */
+static void mark_open(struct wal *w)
+{
+	w->open_head = w->head;
+	w->open_lsn = w->next_lsn;
+	w->open_index = w->win_index;
+}
+
 /* Close the open window; the lock is held.  Async-signal-safe (see
  * wal_append_crash): stores, cache flushes and clock_gettime only. */
 static int commit_locked(struct wal *w, const void *extra, uint32_t extra_len,
@@ -352,6 +364,7 @@ static int commit_locked(struct wal *w, const void *extra, uint32_t extra_len,
 	w->win_first_lsn = w->next_lsn;
 	w->win_pos = w->head;
 	w->st.commits++;
+	mark_open(w);
 	return 0;
 }
 
@@ -374,6 +387,19 @@ int wal_commit(struct wal *w, const void *extra, uint32_t extra_len, struct wal_
  * tried: it may be held by the very thread the signal interrupted, and
  * waiting for it would hang a dying process.
  */
+void wal_abort(struct wal *w)
+{
+	pthread_mutex_lock(&w->lock);
+	if (w->head > w->open_head) {
+		erase_backwards(w, w->open_head, w->head - w->open_head);
+		w->head = w->open_head;
+		w->next_lsn = w->open_lsn;
+		w->win_index = w->open_index;
+		w->st.aborts++;
+	}
+	pthread_mutex_unlock(&w->lock);
+}
+
 int wal_append_crash(struct wal *w, const void *payload, uint32_t len)
 {
 	int64_t lsn;
@@ -414,7 +440,10 @@ static int start_epoch(struct wal *w, uint32_t prev_epoch)
 	w->win_first_lsn = w->next_lsn;
 	rec_epoch_encode(buf, &e);
 	ret = append_locked(w, WAL_REC_EPOCH, buf, sizeof buf, NULL, 0);
-	return ret < 0 ? (int)ret : 0;
+	if (ret < 0)
+		return (int)ret;
+	mark_open(w);
+	return 0;
 }
 
 int wal_open(const char *path, const struct wal_options *opt, struct wal **out,
@@ -441,9 +470,14 @@ int wal_open(const char *path, const struct wal_options *opt, struct wal **out,
 		int blank = w->m.created || (opt->flags & WAL_OPEN_FORMAT);
 		if (!blank && memcmp(w->m.base, SB_MAGIC, sizeof SB_MAGIC) != 0 &&
 		    memcmp(w->m.base + SB_COPY1_OFF, SB_MAGIC, sizeof SB_MAGIC) != 0) {
-			/* Only a medium that is all zeros may be taken over. */
-			blank = w->m.base[0] == 0 &&
-				memcmp(w->m.base, w->m.base + 1, w->m.size - 1) == 0;
+			/* Only a medium whose data area is all zeros may be taken
+			 * over: a blank one, or one whose format was interrupted
+			 * (format writes the metadata below the data area, the
+			 * superblock magic last). */
+			const uint8_t *d = w->m.base + WAL_DATA_OFF;
+
+			blank = w->m.size > WAL_DATA_OFF && d[0] == 0 &&
+				memcmp(d, d + 1, w->m.size - WAL_DATA_OFF - 1) == 0;
 			if (!blank)
 				ret = wal_fail(err, WAL_ENOTLOG, "%s holds data that is not a moeft log; "
 					       "refusing to overwrite it", path);

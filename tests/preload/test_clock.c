@@ -167,6 +167,26 @@ static void test_capture_and_graphs(void)
 	clk_destroy(c);
 }
 
+/* A resumed process: its first step follows the restored one, two lanes
+ * join it, entering it ends no window, the next boundary is the usual. */
+static void test_resume(void)
+{
+	struct clock *c = clk_create(4);
+	int boundary;
+	uint64_t s;
+
+	clk_resume(c, 7);
+	CU_ASSERT_EQUAL(clk_step(c), 7);
+	CU_ASSERT_EQUAL(eager_step(c, A, &boundary), 8);
+	CU_ASSERT_EQUAL(boundary, 0);
+	CU_ASSERT_EQUAL(eager_step(c, B, &boundary), 8);
+	for (s = 9; s < 14; s++) {
+		CU_ASSERT_EQUAL(eager_step(c, A, &boundary), s);
+		CU_ASSERT_EQUAL(boundary, s == 12);
+	}
+	clk_destroy(c);
+}
+
 static void test_limits(void)
 {
 	struct clock *c = clk_create(1);
@@ -193,6 +213,7 @@ int main(void)
 		{ "a thread's syncs end its step", test_syncs },
 		{ "routing keys without KV", test_routing_keys },
 		{ "captures, graph launches, markers", test_capture_and_graphs },
+		{ "resume after a restored step", test_resume },
 		{ "lane limit, window 1", test_limits },
 		CU_TEST_INFO_NULL,
 	};

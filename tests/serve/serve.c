@@ -34,7 +34,8 @@
  * group's largest batch, and replays it every step; a step's inputs
  * (tokens, slots, block tables, sequence lengths) live in device buffers
  * refreshed with one cudaMemcpyAsync before each replay, and rows past
- * the real ones are padding (slot -1, empty sequence), as in vLLM.
+ * the real ones are padding (slot -1, empty sequence), as in vLLM.  A
+ * resumed run captures at start-up too; its first replay is step R's.
  * The sampler is launched Triton-style in both modes: cuLaunchKernelEx
  * from dlsym(dlopen("libcuda.so.1")) on the CUfunction cudaGetFuncBySymbol
  * gives.
@@ -42,15 +43,16 @@
  * Ground truth (--truth=PATH), a text file, one item per line:
  *
  *	moeft-serve-truth 1 layers=L experts=E topk=K hidden=H kv-heads=N
- *	  seqs=S steps=N vocab=V seed=X block-size=16 kv-blocks=B
- *	step T                      for each step T from 0
+ *	  seqs=S steps=N vocab=V seed=X block-size=16 kv-blocks=B [resume=R]
+ *	step T                      for each step T the run computed: from 0,
+ *	                            or from R when resumed at R > 0
  *	rows S0 S1 ...              sequence of each real row, ascending
  *	layer L A,B,C,D E,F,G,H ... per layer: each row's k routed expert ids
  *	kv CRC                      CRC-32C (8 hex digits) of the KV pool after
  *	                            the step, layer after layer
  *	tokens T0 T1 ...            the token each row emitted
  *	seq I join J leave L tokens T,T,...   after the last step, per sequence
- *	token-hash HASH
+ *	token-hash HASH             (these two: journal and computed tokens)
  *
  * Nothing in it depends on --mode, --threads or --kv-layout, so every
  * configuration of one model must write the same file.  Routing ids are
@@ -58,22 +60,37 @@
  * may synchronise); in graph mode topkGating also routed the padding
  * rows, which the truth leaves out.
  *
+ * Journal and resume, what an engine's recovery hook has to work with.
+ * --journal=PATH gets a line "step T T0 T1 ..." as each step completes:
+ * the token of each active sequence, ascending ids (what the engine
+ * streamed to its clients).  When MOEFT_RESTORE_MANIFEST names moeft
+ * restore's manifest, the run resumes at its "resume_step" R: steps before
+ * R are only scheduled (block tables, free list) and take their tokens
+ * from the journal's first R lines, which must be whole and match the
+ * schedule; what follows them is cut, and steps from R run as usual.  The
+ * KV pool is not serve's to restore: moeft's preload writes the crashed
+ * run's pool in stream order before the first step's launches.  An R past
+ * --steps resumes at the end, computing nothing.
+ *
  * stdout is one line: the configuration, the KV pool's final CRC and the
  * FNV-1a hash of every sequence's tokens, which runs with and without the
- * preload must agree on.  Exit status: 0, 1 on a CUDA error, 2 on bad
- * usage.
+ * preload must agree on.  Exit status: 0, 1 on a CUDA or I/O error, 2 on
+ * bad usage or a bad manifest or journal.
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "crc32c.h"
 #include "decimal.h"
@@ -89,7 +106,7 @@ struct opts {
 	uint32_t seed;
 	int graph;  /* --mode=graph */
 	int kv_one; /* --kv-layout=one */
-	const char *truth;
+	const char *truth, *journal;
 };
 
 struct seq {
@@ -147,29 +164,38 @@ struct serve {
 	unsigned char *pool_copy;
 	int32_t *ids_copy[NGROUPS];
 	FILE *truth;
+	unsigned resume; /* steps before it come from the journal */
+	int journal;     /* its descriptor, with --journal */
+	char *jline;     /* one journal line, jline_size bytes at most */
+	size_t jline_size;
 };
 
-static void die_cuda(const char *what, const char *why, int line)
+static void __attribute__((noreturn, format(printf, 2, 3))) die(int status, const char *fmt, ...)
 {
-	fprintf(stderr, "serve: line %d: %s: %s\n", line, what, why);
-	exit(1);
+	va_list ap;
+
+	fputs("serve: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(status);
 }
 
 #define CU(call)                                                                  \
 	do {                                                                      \
 		cudaError_t err_ = (call);                                        \
 		if (err_ != cudaSuccess)                                          \
-			die_cuda(#call, cudaGetErrorString(err_), __LINE__);      \
+			die(1, "line %d: %s: %s", __LINE__, #call,                \
+			    cudaGetErrorString(err_));                            \
 	} while (0)
 
 static void *xcalloc(size_t n, size_t size)
 {
 	void *p = calloc(n ? n : 1, size);
 
-	if (!p) {
-		fprintf(stderr, "serve: out of memory\n");
-		exit(1);
-	}
+	if (!p)
+		die(1, "out of memory");
 	return p;
 }
 
@@ -189,13 +215,16 @@ static void usage(FILE *f)
 		"  --mode=eager|graph        launch every kernel, or replay a CUDA graph (eager)\n"
 		"  --threads=1|2             host threads driving the two streams (1)\n"
 		"  --kv-layout=one|per-layer one KV allocation, or one per layer (per-layer)\n"
-		"  --truth=PATH     write the ground truth there\n");
+		"  --truth=PATH     write the ground truth there\n"
+		"  --journal=PATH   append each step's tokens there\n"
+		"environment:\n"
+		"  MOEFT_RESTORE_MANIFEST=PATH  resume at the manifest's resume_step, with\n"
+		"                               the tokens before it from --journal\n");
 }
 
 static void bad_usage(const char *msg, const char *arg)
 {
-	fprintf(stderr, "serve: %s%s (try --help)\n", msg, arg);
-	exit(2);
+	die(2, "%s%s (try --help)", msg, arg);
 }
 
 static unsigned num_arg(const char *name, const char *arg, uint64_t min, uint64_t max)
@@ -203,14 +232,9 @@ static unsigned num_arg(const char *name, const char *arg, uint64_t min, uint64_
 	const char *s = arg;
 	uint64_t v;
 
-	if (parse_decimal(&s, max, &v) || *s || v < min) {
-		char range[64];
-
-		snprintf(range, sizeof range, "%" PRIu64 "..%" PRIu64, min, max);
-		fprintf(stderr, "serve: --%s=%s: want an integer in %s (try --help)\n", name,
-			arg, range);
-		exit(2);
-	}
+	if (parse_decimal(&s, max, &v) || *s || v < min)
+		die(2, "--%s=%s: want an integer in %" PRIu64 "..%" PRIu64 " (try --help)", name,
+		    arg, min, max);
 	return (unsigned)v;
 }
 
@@ -220,8 +244,7 @@ static int choice_arg(const char *name, const char *arg, const char *no, const c
 		return 0;
 	if (strcmp(arg, yes) == 0)
 		return 1;
-	fprintf(stderr, "serve: --%s=%s: want %s or %s (try --help)\n", name, arg, no, yes);
-	exit(2);
+	die(2, "--%s=%s: want %s or %s (try --help)", name, arg, no, yes);
 }
 
 static void parse_opts(int argc, char **argv, struct opts *o)
@@ -240,6 +263,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		{ "threads", required_argument, NULL, 't' },
 		{ "kv-layout", required_argument, NULL, 'l' },
 		{ "truth", required_argument, NULL, 'T' },
+		{ "journal", required_argument, NULL, 'J' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -263,6 +287,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case 't': o->threads = num_arg("threads", optarg, 1, 2); break;
 		case 'l': o->kv_one = choice_arg("kv-layout", optarg, "per-layer", "one"); break;
 		case 'T': o->truth = optarg; break;
+		case 'J': o->journal = optarg; break;
 		case 'h': usage(stdout); exit(0);
 		default: exit(2); /* getopt said why */
 		}
@@ -425,10 +450,8 @@ static void *triton_init(struct serve *sv)
 
 	if (lib)
 		sym = dlsym(lib, "cuLaunchKernelEx");
-	if (!sym) {
-		fprintf(stderr, "serve: cuLaunchKernelEx from libcuda.so.1: %s\n", dlerror());
-		exit(1);
-	}
+	if (!sym)
+		die(1, "cuLaunchKernelEx from libcuda.so.1: %s", dlerror());
 	/* ISO C has no cast from an object pointer to a function pointer. */
 	memcpy(&sv->launch_ex, &sym, sizeof sym);
 	CU(cudaGetFuncBySymbol(&fn, serve_kernel_fn(SK_SAMPLE)));
@@ -497,10 +520,8 @@ static void group_enqueue(struct group *g, unsigned rows)
 		cfg.blockDimY = cfg.blockDimZ = 1;
 		cfg.hStream = g->stream;
 		res = sv->launch_ex(&cfg, sv->sample_fn, sample, NULL);
-		if (res != CUDA_SUCCESS) {
-			fprintf(stderr, "serve: cuLaunchKernelEx: CUresult %d\n", (int)res);
-			exit(1);
-		}
+		if (res != CUDA_SUCCESS)
+			die(1, "cuLaunchKernelEx: CUresult %d", (int)res);
 	}
 }
 
@@ -517,10 +538,8 @@ static void graph_init(struct group *g)
 
 static int32_t block_pop(struct serve *sv)
 {
-	if (!sv->nfree) {
-		fprintf(stderr, "serve: KV pool exhausted (a bug in the schedule)\n");
-		exit(1);
-	}
+	if (!sv->nfree)
+		die(1, "KV pool exhausted (a bug in the schedule)");
 	return sv->free_blocks[--sv->nfree];
 }
 
@@ -633,6 +652,10 @@ static uint32_t pool_crc(struct serve *sv)
 	size_t bytes = sv->layer_floats * sizeof(float) * sv->o.layers / sv->npool_alloc;
 	unsigned a;
 
+	/* The copies run on the legacy stream, which does not wait for the
+	 * groups' streams: a step's work is waited for as the step ends, the
+	 * zero fill only by a step with rows, which a resumed run may lack. */
+	CU(cudaEventSynchronize(sv->kv_ready));
 	for (a = 0; a < sv->npool_alloc; a++)
 		CU(cudaMemcpy(sv->pool_copy + a * bytes, sv->pool_alloc[a], bytes,
 			      cudaMemcpyDeviceToHost));
@@ -716,15 +739,17 @@ static void truth_open(struct serve *sv)
 	const struct opts *o = &sv->o;
 
 	sv->truth = fopen(o->truth, "w");
-	if (!sv->truth) {
-		fprintf(stderr, "serve: %s: %s\n", o->truth, strerror(errno));
-		exit(1);
-	}
+	if (!sv->truth)
+		die(1, "%s: %s", o->truth, strerror(errno));
 	fprintf(sv->truth,
 		"moeft-serve-truth 1 layers=%u experts=%u topk=%u hidden=%u kv-heads=%u seqs=%u "
-		"steps=%u vocab=%u seed=%u block-size=%u kv-blocks=%u\n",
+		"steps=%u vocab=%u seed=%u block-size=%u kv-blocks=%u",
 		o->layers, o->experts, o->topk, o->hidden, o->kv_heads, o->seqs, o->steps,
 		o->vocab, (unsigned)o->seed, BLOCK_SIZE, sv->nblocks);
+	/* Resuming at 0 computes every step: the truth of a run from the start. */
+	if (sv->resume)
+		fprintf(sv->truth, " resume=%u", sv->resume);
+	fputc('\n', sv->truth);
 }
 
 static void truth_close(struct serve *sv, uint64_t hash)
@@ -741,10 +766,133 @@ static void truth_close(struct serve *sv, uint64_t hash)
 		fputc('\n', f);
 	}
 	fprintf(f, "token-hash %016" PRIx64 "\n", hash);
-	if (ferror(f) | fclose(f)) {
-		fprintf(stderr, "serve: %s: write error\n", sv->o.truth);
-		exit(1);
+	if (ferror(f) | fclose(f))
+		die(1, "%s: write error", sv->o.truth);
+}
+
+/*
+ * moeft restore's manifest, a JSON object, of which only "resume_step" is
+ * read, strictly: once, an unsigned integer ending where a JSON number
+ * ends.
+ */
+static unsigned manifest_resume_step(const char *path)
+{
+	static const char key[] = "\"resume_step\"", space[] = " \t\r\n";
+	FILE *f = fopen(path, "r");
+	char *text = NULL;
+	const char *p = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	uint64_t v;
+
+	if (!f)
+		die(2, "MOEFT_RESTORE_MANIFEST=%s: %s", path, strerror(errno));
+	/* The whole file, but for a NUL, which JSON text never holds. */
+	len = getdelim(&text, &cap, '\0', f);
+	if (len < 0 && ferror(f))
+		die(2, "MOEFT_RESTORE_MANIFEST=%s: %s", path, strerror(errno));
+	fclose(f);
+	if (len > 0 && strlen(text) == (size_t)len && (p = strstr(text, key))) {
+		p += sizeof key - 1;
+		p += strspn(p, space);
+		if (*p == ':')
+			p += 1 + strspn(p + 1, space);
+		else
+			p = NULL;
 	}
+	if (!p || parse_decimal(&p, UINT32_MAX, &v) || !*p || !strchr(",} \t\r\n", *p) ||
+	    strstr(p, key))
+		die(2, "MOEFT_RESTORE_MANIFEST=%s: want one \"resume_step\": N, N unsigned", path);
+	free(text);
+	return (unsigned)v;
+}
+
+/*
+ * Resuming: the tokens of steps 0 .. resume - 1 from the journal's first
+ * lines, each whole and matching the schedule.  Returns the bytes they
+ * take; a partial or extra line after them is the crashed run's, past the
+ * step the manifest names.
+ */
+static off_t journal_read(struct serve *sv)
+{
+	const struct opts *o = &sv->o;
+	FILE *f = fdopen(dup(sv->journal), "r");
+	char *line = NULL;
+	const char *p;
+	size_t cap = 0;
+	ssize_t len;
+	off_t keep = 0;
+	unsigned t, i, want;
+	uint64_t v;
+
+	if (!f)
+		die(1, "%s: %s", o->journal, strerror(errno));
+	for (t = 0; t < sv->resume; t++) {
+		len = getline(&line, &cap, f);
+		if (len <= 0)
+			die(2, "%s: line %u: no line for step %u (resuming at step %u)", o->journal,
+			    t + 1, t, sv->resume);
+		if (line[len - 1] != '\n')
+			die(2, "%s: line %u: step %u's line is cut short (resuming at step %u)",
+			    o->journal, t + 1, t, sv->resume);
+		p = line + 5;
+		if (strncmp(line, "step ", 5) || parse_decimal(&p, UINT32_MAX, &v) || v != t)
+			p = NULL;
+		for (i = want = 0; i < o->seqs; i++) {
+			struct seq *s = &sv->seqs[i];
+
+			if (!active(s, t))
+				continue;
+			want++;
+			if (!p || *p++ != ' ' || parse_decimal(&p, o->vocab - 1, &v))
+				p = NULL;
+			else
+				s->out[t - s->join] = (int32_t)v;
+		}
+		if (p != line + len - 1)
+			die(2, "%s: line %u: want \"step %u\" and one token below %u per active "
+			    "sequence (%u)", o->journal, t + 1, t, o->vocab, want);
+		keep += len;
+	}
+	free(line);
+	fclose(f);
+	return keep;
+}
+
+/* Resuming, the journal keeps the steps before the resume point; else it
+ * starts empty.  Either way the run's steps are appended after them. */
+static void journal_open(struct serve *sv)
+{
+	const char *path = sv->o.journal;
+
+	sv->journal = open(path, O_APPEND | O_CREAT | (sv->resume ? O_RDWR : O_WRONLY | O_TRUNC),
+			   0666);
+	if (sv->journal < 0)
+		die(1, "%s: %s", path, strerror(errno));
+	if (sv->resume && ftruncate(sv->journal, journal_read(sv)))
+		die(1, "%s: %s", path, strerror(errno));
+	/* "step T", then a space and at most 11 characters a token */
+	sv->jline_size = 16 + 12 * (size_t)sv->o.seqs;
+	sv->jline = xcalloc(sv->jline_size, 1);
+}
+
+/* Step t's line, in one write(2): a killed run leaves whole lines, then
+ * at most one partial line. */
+static void journal_step(struct serve *sv, unsigned t)
+{
+	char *p = sv->jline, *end = p + sv->jline_size;
+	ssize_t n;
+	unsigned i;
+
+	p += snprintf(p, (size_t)(end - p), "step %u", t);
+	for (i = 0; i < sv->o.seqs; i++)
+		if (active(&sv->seqs[i], t))
+			p += snprintf(p, (size_t)(end - p), " %d",
+				      (int)sv->seqs[i].out[t - sv->seqs[i].join]);
+	*p++ = '\n';
+	n = write(sv->journal, sv->jline, (size_t)(p - sv->jline));
+	if (n != p - sv->jline)
+		die(1, "%s: %s", sv->o.journal, n < 0 ? strerror(errno) : "short write");
 }
 
 static void group_fini(struct group *g)
@@ -777,6 +925,7 @@ int main(int argc, char **argv)
 {
 	static struct serve sv;
 	const struct opts *o = &sv.o;
+	const char *manifest = getenv("MOEFT_RESTORE_MANIFEST");
 	uint64_t hash, ntokens;
 	uint32_t crc;
 	unsigned t, i;
@@ -784,7 +933,15 @@ int main(int argc, char **argv)
 	int gi;
 
 	parse_opts(argc, argv, &sv.o);
+	if (manifest) {
+		if (!o->journal)
+			bad_usage("MOEFT_RESTORE_MANIFEST is set: resuming needs --journal", "");
+		t = manifest_resume_step(manifest);
+		sv.resume = t < o->steps ? t : o->steps;
+	}
 	schedule_init(&sv);
+	if (o->journal)
+		journal_open(&sv);
 	if (o->truth)
 		truth_open(&sv);
 	CU(cudaSetDevice(0));
@@ -801,14 +958,16 @@ int main(int argc, char **argv)
 		pthread_barrier_init(&sv.start, NULL, NGROUPS + 1);
 		pthread_barrier_init(&sv.finish, NULL, NGROUPS + 1);
 		for (gi = 0; gi < NGROUPS; gi++)
-			if (pthread_create(&sv.g[gi].thread, NULL, worker, &sv.g[gi])) {
-				fprintf(stderr, "serve: pthread_create failed\n");
-				exit(1);
-			}
+			if (pthread_create(&sv.g[gi].thread, NULL, worker, &sv.g[gi]))
+				die(1, "pthread_create failed");
 	}
 
 	for (t = 0; t < o->steps; t++) {
 		schedule_step(&sv, t);
+		/* A step before the resume point: its blocks are taken and
+		 * freed as the crashed run did, its tokens are the journal's. */
+		if (t < sv.resume)
+			continue;
 		run_step(&sv);
 		for (gi = 0; gi < NGROUPS; gi++)
 			for (i = 0; i < sv.g[gi].rows; i++) {
@@ -816,6 +975,8 @@ int main(int argc, char **argv)
 
 				s->out[t - s->join] = sv.g[gi].h_tokens[i];
 			}
+		if (o->journal)
+			journal_step(&sv, t);
 		if (sv.truth)
 			truth_step(&sv, t);
 	}
@@ -857,5 +1018,8 @@ int main(int argc, char **argv)
 	free(sv.pool_alloc);
 	free(sv.pool);
 	free(sv.pool_copy);
+	free(sv.jline);
+	if (o->journal && close(sv.journal))
+		die(1, "%s: %s", o->journal, strerror(errno));
 	return fflush(stdout) ? 1 : 0;
 }

@@ -966,6 +966,30 @@ static void test_foreign_data_past_first_page(void)
 	unlink(path);
 }
 
+/* A format killed before its superblock magic: metadata below the data
+ * area, zeros from there on.  The log is taken over, as a blank one is,
+ * so a crash mid-format never leaves the preload locked out. */
+static void test_interrupted_format_taken_over(void)
+{
+	uint8_t *data = foreign_bytes(0);
+	struct wal_stats st;
+	struct wal *w;
+	char path[256];
+
+	CU_ASSERT_FATAL(data != NULL);
+	memset(data + WAL_DATA_OFF, 0, FOREIGN_SIZE - WAL_DATA_OFF);
+	CU_ASSERT_EQUAL_FATAL(test_spew(test_path(path, sizeof path, "halfformat"), data,
+					FOREIGN_SIZE), 0);
+	w = open_log(path, 0, 0);
+	CU_ASSERT_FATAL(w != NULL);
+	wal_stats(w, &st);
+	CU_ASSERT_EQUAL(st.size, FOREIGN_SIZE);
+	CU_ASSERT_EQUAL(st.epoch, 1);
+	wal_close(w);
+	free(data);
+	unlink(path);
+}
+
 static void test_zero_file_formatted(void)
 {
 	uint8_t *zero = calloc(1, FOREIGN_SIZE);
@@ -1174,6 +1198,7 @@ static CU_TestInfo open_tests[] = {
 	{ "missing directory, empty path", test_bad_path },
 	{ "foreign file refused, formatted on request", test_foreign_file_refused },
 	{ "foreign data past a zero first page refused", test_foreign_data_past_first_page },
+	{ "an interrupted format is taken over", test_interrupted_format_taken_over },
 	{ "file of zeros formatted", test_zero_file_formatted },
 	{ "NUMA node that does not exist", test_wrong_numa_node },
 	CU_TEST_INFO_NULL

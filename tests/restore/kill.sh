@@ -1,0 +1,107 @@
+#!/bin/bash
+# kill.sh - kill -9 and restore, over and over: the test serving program
+# under the preload is killed at a random moment (mid-decode, mid-commit,
+# or during a restore), `moeft restore -- serve` brings it back, and the
+# run it finally completes must print exactly what an uninterrupted run
+# prints (every token, the KV pool's final CRC), having recomputed only the
+# steps after the last committed window at each kill.
+#
+# Usage: kill.sh MOEFT LIBMOEFT SERVE
+# MOEFT_RESTORE_KILLS (default 50) kills in all; the RPO distribution
+# (steps recomputed after each kill) is printed at the end.
+set -u
+
+moeft=$1 lib=$2 serve=$3
+kills=${MOEFT_RESTORE_KILLS:-50}
+unset MOEFT_RESTORE_KILLS	# the preload would warn about it
+window=16 steps=160
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+fail() {
+	echo "restore kill.sh: $*" >&2
+	exit 1
+}
+
+# A random delay in seconds, under $1 milliseconds.
+delay() {
+	printf '0.%03d' $((RANDOM % $1))
+}
+
+# The journal's steps: what the killed process had finished.
+done_steps() {
+	if [ -f "$1" ]; then
+		grep -c '^step [0-9]*[ 0-9]*$' "$1" || true
+	else
+		echo 0
+	fi
+}
+
+declare -A rpo
+total=0
+for mode in eager graph; do
+	args="--mode=$mode --steps=$steps"
+	"$serve" $args >"$dir/want.$mode" || fail "$mode: the uninterrupted run failed"
+done
+# The time of one run under the preload, to aim the kills.
+start=$(date +%s%N)
+MOEFT_WAL="$dir/time.wal" LD_PRELOAD="$lib" "$serve" --steps=$steps --journal="$dir/time.j" \
+	>/dev/null || fail "a run under the preload failed"
+span=$((($(date +%s%N) - start) / 1000000 + 1))
+
+i=0
+while [ $i -lt "$kills" ]; do
+	mode=eager
+	[ $((i % 2)) = 1 ] && mode=graph
+	args="--mode=$mode --steps=$steps"
+	wal="$dir/k.wal" journal="$dir/k.journal"
+	rm -f "$wal" "$wal.kv" "$journal"
+	rm -rf "$wal.restore"
+	MOEFT_WAL="$wal" LD_PRELOAD="$lib" "$serve" $args --journal="$journal" \
+		>/dev/null 2>"$dir/err" &
+	pid=$!
+	sleep "$(delay "$span")"
+	kill -9 $pid 2>/dev/null
+	{ wait $pid; } 2>/dev/null
+	i=$((i + 1))
+	# Restore until a run completes; some restores are killed too.
+	while :; do
+		before=$(done_steps "$journal")
+		"$moeft" restore --wal "$wal" --preload "$lib" -- "$serve" $args \
+			--journal="$journal" >"$dir/out" 2>"$dir/err" &
+		pid=$!
+		if [ $((RANDOM % 4)) = 0 ] && [ $i -lt "$kills" ]; then
+			sleep "$(delay "$span")"
+			kill -9 $pid 2>/dev/null
+			i=$((i + 1))
+		fi
+		{ wait $pid; } 2>/dev/null
+		status=$?
+		# Where this attempt resumed, if it got as far as saying so.
+		resumed=$(sed -n 's/.*resume at step \([0-9]*\).*/\1/p' "$dir/err")
+		grep -q 'nothing to restore' "$dir/err" && resumed=0
+		if [ -n "$resumed" ]; then
+			[ "$before" -ge "$resumed" ] ||
+				fail "$mode: resumed at step $resumed, but only $before steps had run"
+			lost=$((before - resumed))
+			# A window, plus the steps decoded while its commit was in
+			# flight, plus a window per boundary skipped while the last
+			# snapshot was still being copied out (steps here are far
+			# shorter than the consumer's poll); the distribution is
+			# printed below.
+			[ $lost -le $((3 * window)) ] || fail "$mode: $lost steps lost"
+			rpo[$lost]=$((${rpo[$lost]:-0} + 1))
+			total=$((total + 1))
+		fi
+		[ $status = 137 ] && continue
+		[ $status = 0 ] || fail "$mode: restore run exited $status: $(cat "$dir/err")"
+		cmp -s "$dir/out" "$dir/want.$mode" ||
+			fail "$mode: after restore the output is $(cat "$dir/out"), want $(cat "$dir/want.$mode")"
+		break
+	done
+done
+printf 'restore kill.sh: %d kills, %d restores; steps lost (RPO):' "$kills" "$total"
+for k in $(printf '%s\n' "${!rpo[@]}" | sort -n); do
+	printf ' %d:%d' "$k" "${rpo[$k]}"
+done
+printf '\n'

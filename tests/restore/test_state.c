@@ -1,0 +1,513 @@
+/*
+ * test_state.c - tools/state.c on logs and KV stores forged with the
+ * writers: the last decode window; the allocation table (role changes,
+ * frees, a reclaimed start); pools and their chunks (data, zeros, a second
+ * process's pool whose old copies are stale, store pools no allocation
+ * holds); KVREFs the store contradicts; the routing windows and their
+ * records; a missing store and one of another log.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvstore.h"
+#include "record.h"
+#include "state.h"
+#include "testutil.h"
+#include "wal.h"
+
+#define CHUNK 4096u
+#define FP UINT64_C(0xf00d)
+
+/* ---- forging ------------------------------------------------------------ */
+
+struct forge {
+	char path[256];
+	struct wal *w;
+	struct kvs *kv;
+};
+
+static void kv_path(char *buf, size_t len, const char *path)
+{
+	snprintf(buf, len, "%s.kv", path);
+}
+
+/* Open (a new or the same) log and its store, as a new writer epoch. */
+static void forge_open(struct forge *f)
+{
+	struct wal_options opt;
+	struct wal_error err = { 0 };
+	struct wal_stats st;
+	char kp[300];
+
+	wal_options_init(&opt);
+	opt.size = 1 << 20;
+	opt.flags = WAL_OPEN_CREATE;
+	CU_ASSERT_EQUAL_FATAL(wal_open(f->path, &opt, &f->w, &err), 0);
+	wal_stats(f->w, &st);
+	kv_path(kp, sizeof kp, f->path);
+	CU_ASSERT_EQUAL_FATAL(kvs_open(kp, st.log_id, -1, st.open_window, &f->kv, &err), 0);
+}
+
+static void forge_close(struct forge *f)
+{
+	kvs_close(f->kv);
+	wal_close(f->w);
+	f->kv = NULL;
+	f->w = NULL;
+}
+
+static void forge_new(struct forge *f, const char *tag)
+{
+	test_path(f->path, sizeof f->path, tag);
+	forge_open(f);
+}
+
+static uint64_t open_window(const struct forge *f)
+{
+	struct wal_stats st;
+
+	wal_stats(f->w, &st);
+	return st.open_window;
+}
+
+/* Commit what was appended: a decode window when steps > 0.  Its id. */
+static uint64_t commit(struct forge *f, uint64_t first_step, uint32_t steps, uint32_t flags)
+{
+	struct rec_window_steps ws = { .first_step = first_step, .steps = steps, .flags = flags };
+	uint8_t extra[WINDOW_STEPS_SIZE];
+	struct wal_commit_info ci;
+
+	rec_window_steps_encode(extra, &ws);
+	CU_ASSERT_EQUAL_FATAL(wal_commit(f->w, extra, sizeof extra, &ci), 0);
+	return ci.window;
+}
+
+/* An ALLOC record in a window of its own, as the preload logs it. */
+static uint64_t alloc(struct forge *f, uint64_t id, uint64_t size, uint32_t ordinal, int role)
+{
+	struct rec_alloc a = { .alloc_id = id, .base = 0x1000 * id, .size = size,
+			       .fingerprint = FP, .ordinal = ordinal, .api = ALLOC_API_CUDA_MALLOC,
+			       .role = (uint16_t)role };
+	uint8_t p[ALLOC_PAYLOAD_SIZE];
+
+	rec_alloc_encode(p, &a);
+	CU_ASSERT_FATAL(wal_append(f->w, WAL_REC_ALLOC, p, sizeof p) > 0);
+	return commit(f, 0, 0, 0);
+}
+
+static void free_alloc(struct forge *f, uint64_t id)
+{
+	struct rec_free fr = { .alloc_id = id, .base = 0x1000 * id };
+	uint8_t p[FREE_PAYLOAD_SIZE];
+
+	rec_free_encode(p, &fr);
+	CU_ASSERT_FATAL(wal_append(f->w, WAL_REC_FREE, p, sizeof p) > 0);
+	commit(f, 0, 0, 0);
+}
+
+/* The KV store's pool of allocation (size, ordinal). */
+static uint32_t pool(struct forge *f, uint64_t size, uint32_t ordinal)
+{
+	struct kvs_pool_desc d = { .fingerprint = FP, .size = size, .chunk_bytes = CHUNK,
+				   .ordinal = ordinal };
+	uint32_t no;
+
+	CU_ASSERT_EQUAL_FATAL(kvs_pool(f->kv, &d, &no), 0);
+	return no;
+}
+
+static void kvref(struct forge *f, uint32_t no, uint64_t chunk, uint32_t len, uint64_t off,
+		  uint32_t crc)
+{
+	struct rec_kvref k = { .pool = no, .bytes = len, .block = chunk, .store_off = off,
+			       .crc = crc };
+	uint8_t p[KVREF_PAYLOAD_SIZE];
+
+	rec_kvref_encode(p, &k);
+	CU_ASSERT_FATAL(wal_append(f->w, WAL_REC_KVREF, p, sizeof p) > 0);
+}
+
+/* Chunk `chunk` filled with `byte`, into the store and the open window. */
+static void put(struct forge *f, uint32_t no, uint64_t chunk, uint8_t byte)
+{
+	static uint8_t data[CHUNK];
+	uint64_t off;
+	uint32_t crc;
+
+	memset(data, byte, sizeof data);
+	CU_ASSERT_EQUAL_FATAL(kvs_put(f->kv, no, chunk, data, CHUNK, open_window(f), &off, &crc), 0);
+	kvref(f, no, chunk, CHUNK, off, crc);
+}
+
+/* One ROUTING record: `tokens` rows of 2 experts each, ids e and e + 1. */
+static void routing(struct forge *f, uint64_t step, uint32_t layer, uint32_t tokens, uint8_t e)
+{
+	struct rec_routing r = { .step = step, .layer = layer, .tokens = tokens, .k = 2,
+				 .id_bytes = 1, .experts = 8 };
+	uint8_t p[ROUTING_HDR_SIZE + 64];
+
+	rec_routing_encode(p, &r);
+	for (uint32_t i = 0; i < tokens; i++) {
+		p[ROUTING_HDR_SIZE + 2 * i] = e;
+		p[ROUTING_HDR_SIZE + 2 * i + 1] = (uint8_t)(e + 1);
+	}
+	CU_ASSERT_FATAL(wal_append(f->w, WAL_REC_ROUTING, p, ROUTING_HDR_SIZE + 2 * tokens) > 0);
+}
+
+static int load(struct state *s, const struct forge *f, char *msg, size_t len)
+{
+	int ret = state_load(s, f->path, msg, len);
+
+	if (ret < 0)
+		fprintf(stderr, "\nstate_load: %s\n", msg);
+	return ret;
+}
+
+/* The kind of a chunk; *byte its first byte when it has data. */
+static int chunk_of(const struct state *s, const struct state_pool *p, uint64_t c, int *byte,
+		    char *why, size_t len)
+{
+	const uint8_t *data = NULL;
+	int k = state_chunk(s, p, c, &data, why, len);
+
+	*byte = k == STATE_CHUNK_DATA ? data[0] : -1;
+	return k;
+}
+
+/* ---- tests ---------------------------------------------------------------- */
+
+static void test_no_decode_window(void)
+{
+	struct forge f;
+	struct state s;
+	char msg[512];
+
+	forge_new(&f, "nodecode");
+	alloc(&f, 1, 3 * CHUNK, 0, ALLOC_ROLE_OTHER);
+	forge_close(&f);
+	CU_ASSERT_EQUAL(state_load(&s, f.path, msg, sizeof msg), STATE_NOTHING);
+	CU_ASSERT(strstr(msg, "no committed decode window") != NULL);
+	CU_ASSERT(strstr(msg, f.path) != NULL);
+	unlink(f.path);
+	CU_ASSERT_EQUAL(state_load(&s, f.path, msg, sizeof msg), -1);
+	CU_ASSERT(strstr(msg, f.path) != NULL);
+}
+
+/* Role changes, frees, the decode window found past later allocation
+ * windows, data and never-written chunks. */
+static void test_table_and_chunks(void)
+{
+	struct forge f;
+	struct state s;
+	char msg[512], why[160];
+	uint64_t kvw, c;
+	uint32_t no;
+	int byte;
+
+	forge_new(&f, "table");
+	alloc(&f, 1, 3 * CHUNK, 0, ALLOC_ROLE_OTHER);
+	alloc(&f, 2, 100, 0, ALLOC_ROLE_OTHER);
+	alloc(&f, 3, 200, 0, ALLOC_ROLE_WEIGHTS);
+	no = pool(&f, 3 * CHUNK, 0);
+	kvw = alloc(&f, 1, 3 * CHUNK, 0, ALLOC_ROLE_KV_POOL);
+	free_alloc(&f, 2);
+	put(&f, no, 0, 0xa0);
+	put(&f, no, 1, 0xa1);
+	routing(&f, 0, 0, 3, 4);
+	c = commit(&f, 0, 4, 0);
+	alloc(&f, 4, 300, 0, ALLOC_ROLE_OTHER); /* after C: not in the table */
+	forge_close(&f);
+
+	CU_ASSERT_EQUAL_FATAL(load(&s, &f, msg, sizeof msg), 0);
+	CU_ASSERT_EQUAL(s.c->id, c);
+	CU_ASSERT_EQUAL(s.cs.first_step, 0);
+	CU_ASSERT_EQUAL(s.cs.steps, 4);
+	CU_ASSERT_EQUAL(s.history_complete, 1);
+	CU_ASSERT_EQUAL_FATAL(s.nalloc, 2);
+	CU_ASSERT_EQUAL(s.alloc[0].a.alloc_id, 1);
+	CU_ASSERT_EQUAL(s.alloc[0].a.role, ALLOC_ROLE_KV_POOL);
+	CU_ASSERT_EQUAL(s.alloc[0].kv_known, 1);
+	CU_ASSERT_EQUAL(s.alloc[0].kv_window, kvw);
+	CU_ASSERT_EQUAL(s.alloc[1].a.alloc_id, 3);
+	CU_ASSERT_EQUAL(s.alloc[1].a.role, ALLOC_ROLE_WEIGHTS);
+	CU_ASSERT_EQUAL(s.alloc[1].a.size, 200);
+	CU_ASSERT_EQUAL_FATAL(s.npools, 1);
+	CU_ASSERT_PTR_EQUAL(s.pool[0].alloc, &s.alloc[0]);
+	CU_ASSERT_EQUAL(s.pool[0].floor, kvw);
+	CU_ASSERT_EQUAL(s.kvrefs, 2);
+	CU_ASSERT_EQUAL(s.bad, 0);
+	CU_ASSERT_EQUAL(chunk_of(&s, &s.pool[0], 0, &byte, why, sizeof why), STATE_CHUNK_DATA);
+	CU_ASSERT_EQUAL(byte, 0xa0);
+	CU_ASSERT_EQUAL(chunk_of(&s, &s.pool[0], 1, &byte, why, sizeof why), STATE_CHUNK_DATA);
+	CU_ASSERT_EQUAL(byte, 0xa1);
+	CU_ASSERT_EQUAL(chunk_of(&s, &s.pool[0], 2, &byte, why, sizeof why), STATE_CHUNK_ZERO);
+	CU_ASSERT_EQUAL(state_chunk_len(&s.pool[0], 2), CHUNK);
+	state_free(&s);
+}
+
+/*
+ * A second process gets the same pool back: its chunk 1, never written by
+ * it, reads as zeros, not as the first process's bytes; a pool only the
+ * first process had is left out; the routing is the second process's.
+ */
+static void test_second_process(void)
+{
+	struct forge f;
+	struct state s;
+	struct state_iter it;
+	struct wal_record rec;
+	char msg[512], why[160];
+	uint64_t kvw, n = 0;
+	uint32_t no, other;
+	int byte;
+
+	forge_new(&f, "epochs");
+	alloc(&f, 1, 2 * CHUNK, 0, ALLOC_ROLE_OTHER);
+	alloc(&f, 2, 1 * CHUNK, 0, ALLOC_ROLE_OTHER);
+	no = pool(&f, 2 * CHUNK, 0);
+	other = pool(&f, 1 * CHUNK, 0);
+	alloc(&f, 1, 2 * CHUNK, 0, ALLOC_ROLE_KV_POOL);
+	alloc(&f, 2, 1 * CHUNK, 0, ALLOC_ROLE_KV_POOL);
+	put(&f, no, 0, 0x10);
+	put(&f, no, 1, 0x11);
+	put(&f, other, 0, 0x12);
+	routing(&f, 0, 0, 2, 0);
+	routing(&f, 1, 0, 2, 0);
+	commit(&f, 0, 2, 0);
+	forge_close(&f);
+
+	forge_open(&f);
+	alloc(&f, 1, 2 * CHUNK, 0, ALLOC_ROLE_OTHER);
+	CU_ASSERT_EQUAL(pool(&f, 2 * CHUNK, 0), no);
+	kvw = alloc(&f, 1, 2 * CHUNK, 0, ALLOC_ROLE_KV_POOL);
+	put(&f, no, 0, 0x20);
+	routing(&f, 0, 0, 3, 6);
+	routing(&f, 0, 1, 3, 2);
+	commit(&f, 0, 1, 0);
+	forge_close(&f);
+
+	CU_ASSERT_EQUAL_FATAL(load(&s, &f, msg, sizeof msg), 0);
+	CU_ASSERT_EQUAL(s.c->epoch, 2);
+	CU_ASSERT_EQUAL(s.history_complete, 1);
+	CU_ASSERT_EQUAL(s.stale_pools, 1);
+	CU_ASSERT_EQUAL_FATAL(s.npools, 1);
+	CU_ASSERT_EQUAL(s.pool[0].no, no);
+	CU_ASSERT_EQUAL(s.pool[0].floor, kvw);
+	CU_ASSERT_EQUAL(chunk_of(&s, &s.pool[0], 0, &byte, why, sizeof why), STATE_CHUNK_DATA);
+	CU_ASSERT_EQUAL(byte, 0x20);
+	CU_ASSERT_EQUAL(chunk_of(&s, &s.pool[0], 1, &byte, why, sizeof why), STATE_CHUNK_ZERO);
+
+	/* routing: the second process's window only */
+	CU_ASSERT_EQUAL_FATAL(s.nwin, 1);
+	CU_ASSERT_EQUAL(s.win[0].id, s.c->id);
+	CU_ASSERT_EQUAL(s.routing, 2);
+	CU_ASSERT_EQUAL_FATAL(s.hist.nlayers, 2);
+	CU_ASSERT_EQUAL(s.hist.layer[0].tokens, 3);
+	CU_ASSERT_EQUAL(s.hist.layer[0].count[6], 3);
+	CU_ASSERT_EQUAL(s.hist.layer[0].count[7], 3);
+	CU_ASSERT_EQUAL(s.hist.layer[0].count[0], 0);
+	CU_ASSERT_EQUAL(s.hist.layer[1].count[2], 3);
+	state_routing_init(&it, &s);
+	while (state_routing_next(&it, &rec)) {
+		CU_ASSERT_EQUAL(rec.type, WAL_REC_ROUTING);
+		CU_ASSERT_EQUAL(rec.window, s.c->id);
+		n++;
+	}
+	CU_ASSERT_EQUAL(n, 2);
+	state_free(&s);
+}
+
+/* KVREFs the store contradicts: a CRC, a newer copy than the store has,
+ * a copy the store never got. */
+static void test_contradictions(void)
+{
+	struct forge f;
+	struct state s;
+	char msg[512], why[160];
+	uint64_t off;
+	uint32_t no, crc;
+	int byte;
+
+	forge_new(&f, "contra");
+	no = pool(&f, 4 * CHUNK, 0);
+	alloc(&f, 1, 4 * CHUNK, 0, ALLOC_ROLE_KV_POOL);
+	put(&f, no, 0, 0x30);
+	put(&f, no, 1, 0x31);
+	commit(&f, 0, 1, 0);
+	{
+		static uint8_t data[CHUNK];
+
+		CU_ASSERT_EQUAL_FATAL(kvs_put(f.kv, no, 2, data, CHUNK, open_window(&f), &off,
+					      &crc), 0);
+	}
+	kvref(&f, no, 2, CHUNK, off, crc ^ 1);  /* the wrong CRC */
+	kvref(&f, no, 1, CHUNK, 0, 0);          /* a copy of this window: never put */
+	kvref(&f, no, 3, CHUNK, 0, 0);          /* the same, and no copy at all */
+	kvref(&f, no + 7, 0, CHUNK, 0, 0);      /* a pool the store lacks */
+	commit(&f, 1, 1, 0);
+	forge_close(&f);
+
+	CU_ASSERT_EQUAL_FATAL(load(&s, &f, msg, sizeof msg), 0);
+	CU_ASSERT_EQUAL(s.bad, 1);
+	CU_ASSERT_EQUAL(s.kvrefs, 6);
+	CU_ASSERT_EQUAL_FATAL(s.npools, 1);
+	CU_ASSERT_EQUAL(chunk_of(&s, &s.pool[0], 0, &byte, why, sizeof why), STATE_CHUNK_DATA);
+	CU_ASSERT_EQUAL(chunk_of(&s, &s.pool[0], 1, &byte, why, sizeof why), STATE_CHUNK_LOST);
+	CU_ASSERT(strstr(why, "the KV store holds window") != NULL);
+	CU_ASSERT_EQUAL(chunk_of(&s, &s.pool[0], 2, &byte, why, sizeof why), STATE_CHUNK_LOST);
+	CU_ASSERT(strstr(why, "its KVREF says") != NULL);
+	CU_ASSERT_EQUAL(chunk_of(&s, &s.pool[0], 3, &byte, why, sizeof why), STATE_CHUNK_LOST);
+	CU_ASSERT(strstr(why, "the KV store has none") != NULL);
+	state_free(&s);
+}
+
+/*
+ * The log no longer holds the epoch's start: the table lacks what was
+ * reclaimed, and the pool, which no known allocation holds, is kept with
+ * every copy taken.  Damage to a chunk's data makes it lost.
+ */
+static void test_reclaimed_start(void)
+{
+	struct forge f;
+	struct state s;
+	char msg[512], why[160], kp[300];
+	uint64_t off;
+	uint32_t no, crc;
+	uint8_t b;
+	FILE *kf;
+	int byte;
+
+	forge_new(&f, "reclaimed");
+	no = pool(&f, 2 * CHUNK, 0);
+	alloc(&f, 1, 2 * CHUNK, 0, ALLOC_ROLE_KV_POOL);
+	put(&f, no, 0, 0x40);
+	commit(&f, 0, 1, 0);
+	CU_ASSERT_EQUAL_FATAL(wal_checkpoint(f.w), 0);
+	alloc(&f, 2, 100, 0, ALLOC_ROLE_OTHER);
+	{
+		static uint8_t data[CHUNK];
+
+		memset(data, 0x41, sizeof data);
+		CU_ASSERT_EQUAL_FATAL(kvs_put(f.kv, no, 1, data, CHUNK, open_window(&f), &off,
+					      &crc), 0);
+		kvref(&f, no, 1, CHUNK, off, crc);
+	}
+	commit(&f, 1, 1, WINDOW_ROUTING_GAP);
+	forge_close(&f);
+
+	CU_ASSERT_EQUAL_FATAL(load(&s, &f, msg, sizeof msg), 0);
+	CU_ASSERT_EQUAL(s.history_complete, 0);
+	CU_ASSERT_EQUAL(s.cs.flags, WINDOW_ROUTING_GAP);
+	CU_ASSERT_EQUAL_FATAL(s.nalloc, 1);
+	CU_ASSERT_EQUAL(s.alloc[0].a.alloc_id, 2);
+	CU_ASSERT_EQUAL_FATAL(s.npools, 1);
+	CU_ASSERT_PTR_NULL(s.pool[0].alloc);
+	CU_ASSERT_EQUAL(s.pool[0].floor, 0);
+	CU_ASSERT_EQUAL(s.nwin, 2);
+	CU_ASSERT_EQUAL(chunk_of(&s, &s.pool[0], 0, &byte, why, sizeof why), STATE_CHUNK_DATA);
+	CU_ASSERT_EQUAL(byte, 0x40);
+	CU_ASSERT_EQUAL(chunk_of(&s, &s.pool[0], 1, &byte, why, sizeof why), STATE_CHUNK_DATA);
+	CU_ASSERT_EQUAL(byte, 0x41);
+	state_free(&s);
+
+	kv_path(kp, sizeof kp, f.path);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(kf = fopen(kp, "r+b"));
+	CU_ASSERT_EQUAL(fseek(kf, (long)off + 100, SEEK_SET), 0);
+	b = 0x41 ^ 0xff;
+	CU_ASSERT_EQUAL(fwrite(&b, 1, 1, kf), 1);
+	fclose(kf);
+	CU_ASSERT_EQUAL_FATAL(load(&s, &f, msg, sizeof msg), 0);
+	CU_ASSERT_EQUAL(chunk_of(&s, &s.pool[0], 1, &byte, why, sizeof why), STATE_CHUNK_LOST);
+	CU_ASSERT(strstr(why, "damaged") != NULL);
+	state_free(&s);
+}
+
+/* Routing only in decode windows, undecodable records counted, not used. */
+static void test_routing_records(void)
+{
+	struct forge f;
+	struct state s;
+	struct state_iter it;
+	struct wal_record rec;
+	char msg[512];
+	uint8_t junk[ROUTING_HDR_SIZE + 3] = { 0 };
+	uint64_t n = 0;
+
+	forge_new(&f, "routing");
+	routing(&f, 0, 0, 1, 1);
+	commit(&f, 0, 0, 0);                 /* not a decode window */
+	routing(&f, 0, 0, 2, 3);
+	CU_ASSERT_FATAL(wal_append(f.w, WAL_REC_ROUTING, junk, sizeof junk) > 0);
+	commit(&f, 0, 1, 0);
+	routing(&f, 1, 0, 1, 5);
+	commit(&f, 1, 1, 0);
+	routing(&f, 2, 0, 1, 5);             /* never committed */
+	forge_close(&f);
+
+	CU_ASSERT_EQUAL_FATAL(load(&s, &f, msg, sizeof msg), 0);
+	CU_ASSERT_EQUAL(s.nwin, 2);
+	CU_ASSERT_EQUAL(s.routing, 2);
+	CU_ASSERT_EQUAL(s.bad, 1);
+	CU_ASSERT_EQUAL(s.hist.layer[0].tokens, 3);
+	CU_ASSERT_EQUAL(s.hist.layer[0].count[1], 0);
+	state_routing_init(&it, &s);
+	while (state_routing_next(&it, &rec))
+		n++;
+	CU_ASSERT_EQUAL(n, 2);
+	state_free(&s);
+}
+
+/* No KV store: routing only.  A store of another log: refused. */
+static void test_store_presence(void)
+{
+	struct forge f, g;
+	struct state s;
+	char msg[512], kp[300], kq[300];
+
+	forge_new(&f, "nostore");
+	pool(&f, CHUNK, 0);
+	alloc(&f, 1, CHUNK, 0, ALLOC_ROLE_KV_POOL);
+	put(&f, 0, 0, 0x50);
+	commit(&f, 0, 1, 0);
+	forge_close(&f);
+	forge_new(&g, "otherstore");
+	forge_close(&g);
+
+	kv_path(kp, sizeof kp, f.path);
+	kv_path(kq, sizeof kq, g.path);
+	CU_ASSERT_EQUAL(rename(kq, kp), 0);
+	CU_ASSERT_EQUAL(state_load(&s, f.path, msg, sizeof msg), -1);
+	CU_ASSERT(strstr(msg, "KV store of log") != NULL);
+	CU_ASSERT(strstr(msg, kp) != NULL);
+
+	CU_ASSERT_EQUAL(unlink(kp), 0);
+	CU_ASSERT_EQUAL_FATAL(load(&s, &f, msg, sizeof msg), 0);
+	CU_ASSERT_PTR_NULL(s.kv);
+	CU_ASSERT_EQUAL(s.npools, 0);
+	CU_ASSERT_EQUAL(s.kvrefs, 1);
+	CU_ASSERT_EQUAL(s.bad, 0);
+	state_free(&s);
+}
+
+static CU_TestInfo state_tests[] = {
+	{ "no decode window", test_no_decode_window },
+	{ "table and chunks", test_table_and_chunks },
+	{ "second process", test_second_process },
+	{ "KVREFs the store contradicts", test_contradictions },
+	{ "reclaimed start", test_reclaimed_start },
+	{ "routing records", test_routing_records },
+	{ "store missing or of another log", test_store_presence },
+	CU_TEST_INFO_NULL
+};
+
+static CU_SuiteInfo suites[] = {
+	{ "state", NULL, NULL, NULL, NULL, state_tests },
+	CU_SUITE_INFO_NULL
+};
+
+int main(void)
+{
+	return cu_run(suites);
+}

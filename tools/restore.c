@@ -1,0 +1,828 @@
+/*
+ * restore.c - moeft restore: the state of the last committed decode window
+ * of a log (state.h), written into a directory without CUDA: one image per
+ * KV pool, the routing, and manifest.json saying what they are (README,
+ * "Restore output").  With a command after "--", the restore is online:
+ * the command then starts under the preload in restore mode (launch.h),
+ * following the plan file written beside the images (preload/restore.h).
+ *
+ * Every file is written under a temporary name, made durable and renamed,
+ * manifest.json last, so a restore killed at any point leaves whole files
+ * only, and a directory the next restore accepts.  Nothing in the files
+ * depends on the time or the run: restoring twice gives the same bytes.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "crc32c.h"
+#include "json.h"
+#include "format.h"
+#include "launch.h"
+#include "record.h"
+#include "state.h"
+
+#define MANIFEST "manifest.json"
+#define ROUTING "routing.bin"
+#define PLAN "plan"
+#define MANIFEST_HEAD "{\"format\":1,\"log\":"
+#define MAX_PROBLEMS 8
+#define LOST_LINES 32   /* lost chunks named on stderr; all are in the manifest */
+#define RESTORE_NOTHING (-1)  /* run(): online, and the log has nothing to restore */
+
+struct image {
+	char file[32];
+	uint32_t crc;
+	uint64_t *lost;
+	size_t nlost, lostcap;
+};
+
+struct restore {
+	const struct cli_command *cmd;
+	int json;
+	const char *wal, *out;
+	char **cmdv;                    /* the command after "--"; NULL: offline */
+	int dir;                        /* the output directory */
+	struct state s;
+	struct image *img;              /* per s.pool */
+	uint64_t bytes, chunks, lost, routing;
+	unsigned lost_named;
+	char problem[MAX_PROBLEMS][192];/* why the exit status is 1 */
+	unsigned nproblem;
+};
+
+static void problem(struct restore *rs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void problem(struct restore *rs, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (rs->nproblem == MAX_PROBLEMS)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(rs->problem[rs->nproblem++], sizeof rs->problem[0], fmt, ap);
+	va_end(ap);
+}
+
+static double now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* ---- the output directory ----------------------------------------------- */
+
+/* A name restore writes: manifest.json, routing.bin, plan, kv-pool-N.bin,
+ * or one of them with ".tmp" after it (what a killed restore leaves). */
+static int ours(const char *name, int *tmp)
+{
+	size_t n = strlen(name), d;
+
+	*tmp = n > 4 && !strcmp(name + n - 4, ".tmp");
+	if (*tmp)
+		n -= 4;
+	if ((n == strlen(MANIFEST) && !strncmp(name, MANIFEST, n)) ||
+	    (n == strlen(ROUTING) && !strncmp(name, ROUTING, n)) ||
+	    (n == strlen(PLAN) && !strncmp(name, PLAN, n)))
+		return 1;
+	if (n < 13 || strncmp(name, "kv-pool-", 8) || strncmp(name + n - 4, ".bin", 4))
+		return 0;
+	d = strspn(name + 8, "0123456789");
+	return d > 0 && d < 6 && 8 + d + 4 == n;
+}
+
+/* The directory holds a manifest.json that a restore wrote. */
+static int has_manifest(int dir)
+{
+	char head[sizeof MANIFEST_HEAD - 1];
+	int fd = openat(dir, MANIFEST, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	ssize_t n;
+
+	if (fd < 0)
+		return 0;
+	n = read(fd, head, sizeof head);
+	close(fd);
+	return n == (ssize_t)sizeof head && !memcmp(head, MANIFEST_HEAD, sizeof head);
+}
+
+/*
+ * Open --out, creating it when missing.  A directory that holds anything
+ * else than what a restore writes is refused unless it holds a restore's
+ * manifest.json: a restore never writes over files it did not make.
+ */
+static int open_out(struct restore *rs)
+{
+	struct dirent *e;
+	DIR *d;
+	int fd, tmp, foreign = 0;
+
+	if (mkdir(rs->out, 0700) < 0 && errno != EEXIST)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: cannot create it: %s",
+				rs->out, strerror(errno));
+	if ((rs->dir = open(rs->out, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
+				errno == ENOTDIR ? "not a directory" : strerror(errno));
+	if ((fd = dup(rs->dir)) < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
+				strerror(errno));
+	}
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && !ours(e->d_name, &tmp))
+			foreign = 1;
+	closedir(d);
+	if (foreign && !has_manifest(rs->dir))
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: not empty, and not the "
+				"output of an earlier restore (no manifest.json of one); refusing to "
+				"write into it", rs->out);
+	return 0;
+}
+
+static int io_fail(struct restore *rs, const char *name, int err)
+{
+	return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s/%s: %s", rs->out, name, strerror(err));
+}
+
+/* A fresh NAME.tmp in the directory, or NULL with errno set. */
+static FILE *tmp_open(struct restore *rs, const char *name, char *tmp, size_t len)
+{
+	FILE *f;
+	int fd;
+
+	snprintf(tmp, len, "%s.tmp", name);
+	if (unlinkat(rs->dir, tmp, 0) < 0 && errno != ENOENT)
+		return NULL;
+	fd = openat(rs->dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return NULL;
+	if (!(f = fdopen(fd, "w"))) {
+		int err = errno;
+
+		close(fd);
+		unlinkat(rs->dir, tmp, 0);
+		errno = err;
+	}
+	return f;
+}
+
+/* Unless err (an errno) is set already: make NAME.tmp durable and give it
+ * its name.  f is closed; 0, or the failure reported (EXIT_USAGE). */
+static int tmp_commit(struct restore *rs, FILE *f, const char *tmp, const char *name, int err)
+{
+	errno = 0;
+	if (!err && (fflush(f) != 0 || ferror(f)))
+		err = errno ? errno : EIO;
+	if (!err && fdatasync(fileno(f)) < 0)
+		err = errno;
+	if (fclose(f) != 0 && !err)
+		err = errno;
+	if (!err && renameat(rs->dir, tmp, rs->dir, name) < 0)
+		err = errno;
+	if (!err)
+		return 0;
+	unlinkat(rs->dir, tmp, 0);
+	return io_fail(rs, name, err);
+}
+
+static int pwrite_all(int fd, const uint8_t *p, uint64_t len, uint64_t off)
+{
+	while (len) {
+		ssize_t n = pwrite(fd, p, len < (1u << 30) ? len : (1u << 30), (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		p += n;
+		off += (uint64_t)n;
+		len -= (uint64_t)n;
+	}
+	return 0;
+}
+
+static uint32_t crc_zeros(uint32_t crc, uint64_t len)
+{
+	static const uint8_t zeros[1 << 16];
+
+	for (uint64_t n; len; len -= n) {
+		n = len < sizeof zeros ? len : sizeof zeros;
+		crc = crc32c(crc, zeros, n);
+	}
+	return crc;
+}
+
+/* ---- the files -------------------------------------------------------------- */
+
+static int add_lost(struct restore *rs, struct image *im, const struct state_pool *p,
+		    uint64_t chunk, const char *why)
+{
+	uint64_t *l = im->lost;
+
+	if (im->nlost == im->lostcap) {
+		im->lostcap = im->lostcap ? im->lostcap * 2 : 16;
+		if (!(l = realloc(im->lost, im->lostcap * sizeof *l)))
+			return -1;
+		im->lost = l;
+	}
+	im->lost[im->nlost++] = chunk;
+	if (rs->lost_named++ < LOST_LINES)
+		fprintf(stderr, "moeft restore: pool %" PRIu32 " chunk %" PRIu64 " lost (bytes %"
+			PRIu64 "-%" PRIu64 " of %s are zeros): %s\n", p->no, chunk,
+			chunk * p->info.d.chunk_bytes,
+			chunk * p->info.d.chunk_bytes + state_chunk_len(p, chunk) - 1, im->file, why);
+	return 0;
+}
+
+/* kv-pool-N.bin: the pool's bytes as of C, lost and unwritten chunks as
+ * the file's holes (zeros). */
+static int write_image(struct restore *rs, const struct state_pool *p, struct image *im)
+{
+	char tmp[40], why[160];
+	const uint8_t *data;
+	uint64_t c, len;
+	FILE *f;
+	int kind, err = 0;
+
+	snprintf(im->file, sizeof im->file, "kv-pool-%" PRIu32 ".bin", p->no);
+	if (!(f = tmp_open(rs, im->file, tmp, sizeof tmp)))
+		return io_fail(rs, tmp, errno);
+	if (ftruncate(fileno(f), (off_t)p->info.d.size) < 0)
+		err = errno;
+	for (c = 0; !err && c < p->info.nchunks; c++) {
+		len = state_chunk_len(p, c);
+		kind = state_chunk(&rs->s, p, c, &data, why, sizeof why);
+		if (kind == STATE_CHUNK_DATA) {
+			im->crc = crc32c(im->crc, data, len);
+			if (pwrite_all(fileno(f), data, len, c * p->info.d.chunk_bytes) < 0)
+				err = errno ? errno : EIO;
+			continue;
+		}
+		if (kind == STATE_CHUNK_LOST && add_lost(rs, im, p, c, why) < 0)
+			err = ENOMEM;
+		im->crc = crc_zeros(im->crc, len);
+	}
+	if ((err = tmp_commit(rs, f, tmp, im->file, err)))
+		return err;
+	rs->bytes += p->info.d.size;
+	rs->chunks += p->info.nchunks;
+	rs->lost += im->nlost;
+	return 0;
+}
+
+/* routing.bin: each ROUTING payload after its length, u32 little-endian. */
+static int write_routing(struct restore *rs)
+{
+	struct state_iter it;
+	struct wal_record rec;
+	char tmp[32];
+	FILE *f;
+
+	if (!(f = tmp_open(rs, ROUTING, tmp, sizeof tmp)))
+		return io_fail(rs, tmp, errno);
+	state_routing_init(&it, &rs->s);
+	while (state_routing_next(&it, &rec)) {
+		uint8_t len[4] = { (uint8_t)rec.len, (uint8_t)(rec.len >> 8),
+				   (uint8_t)(rec.len >> 16), (uint8_t)(rec.len >> 24) };
+
+		fwrite(len, 1, sizeof len, f);
+		fwrite(rec.payload, 1, rec.len, f);
+		rs->routing++;
+	}
+	return tmp_commit(rs, f, tmp, ROUTING, 0);
+}
+
+/* "0x" and `digits` hex digits */
+static void kv_hex(struct json *j, const char *key, int digits, uint64_t v)
+{
+	char buf[24];
+
+	snprintf(buf, sizeof buf, "0x%0*" PRIx64, digits, v);
+	json_kv_str(j, key, buf);
+}
+
+static void window_json(struct json *j, const struct state_window *w)
+{
+	json_obj_begin(j);
+	json_kv_u64(j, "id", w->id);
+	json_kv_u64(j, "first_step", w->s.first_step);
+	json_kv_u64(j, "steps", w->s.steps);
+	json_kv_u64(j, "flags", w->s.flags);
+	json_obj_end(j);
+}
+
+static void allocations_json(struct json *j, const struct state *s)
+{
+	json_key(j, "allocations");
+	json_arr_begin(j);
+	for (size_t i = 0; i < s->nalloc; i++) {
+		const struct rec_alloc *a = &s->alloc[i].a;
+
+		json_obj_begin(j);
+		json_kv_u64(j, "alloc_id", a->alloc_id);
+		json_kv_u64(j, "base", a->base);
+		json_kv_u64(j, "size", a->size);
+		kv_hex(j, "fingerprint", 16, a->fingerprint);
+		json_kv_u64(j, "ordinal", a->ordinal);
+		json_kv_u64(j, "api", a->api);
+		json_kv_u64(j, "role", a->role);
+		json_obj_end(j);
+	}
+	json_arr_end(j);
+}
+
+static void pools_json(struct json *j, const struct restore *rs)
+{
+	json_key(j, "kv_pools");
+	json_arr_begin(j);
+	for (unsigned i = 0; i < rs->s.npools; i++) {
+		const struct state_pool *p = &rs->s.pool[i];
+		const struct image *im = &rs->img[i];
+
+		json_obj_begin(j);
+		json_kv_u64(j, "pool", p->no);
+		kv_hex(j, "fingerprint", 16, p->info.d.fingerprint);
+		json_kv_u64(j, "size", p->info.d.size);
+		json_kv_u64(j, "ordinal", p->info.d.ordinal);
+		json_kv_u64(j, "chunk_bytes", p->info.d.chunk_bytes);
+		json_kv_u64(j, "chunks", p->info.nchunks);
+		json_kv_str(j, "file", im->file);
+		kv_hex(j, "crc32c", 8, im->crc);
+		json_key(j, "lost_chunks");
+		json_arr_begin(j);
+		for (size_t k = 0; k < im->nlost; k++)
+			json_u64(j, im->lost[k]);
+		json_arr_end(j);
+		json_key(j, "alloc_id");
+		if (p->alloc)
+			json_u64(j, p->alloc->a.alloc_id);
+		else
+			json_str(j, NULL);
+		json_obj_end(j);
+	}
+	json_arr_end(j);
+}
+
+static void experts_json(struct json *j, const struct hist *h)
+{
+	json_key(j, "experts");
+	json_arr_begin(j);
+	for (uint32_t l = 0; l < h->nlayers; l++) {
+		const struct hist_layer *hl = &h->layer[l];
+
+		if (!hl->tokens)
+			continue;
+		json_obj_begin(j);
+		json_kv_u64(j, "layer", l);
+		json_kv_u64(j, "tokens", hl->tokens);
+		json_key(j, "counts");
+		json_arr_begin(j);
+		for (uint32_t e = 0; e < h->experts; e++)
+			json_u64(j, e < hl->n ? hl->count[e] : 0);
+		json_arr_end(j);
+		json_obj_end(j);
+	}
+	json_arr_end(j);
+}
+
+static void problems_json(struct json *j, const struct restore *rs)
+{
+	json_key(j, "problems");
+	json_arr_begin(j);
+	for (unsigned i = 0; i < rs->nproblem; i++)
+		json_str(j, rs->problem[i]);
+	json_arr_end(j);
+}
+
+static void manifest_json(struct json *j, const struct restore *rs)
+{
+	const struct state *s = &rs->s;
+	const struct rec_window_steps *cs = &s->cs;
+
+	json_obj_begin(j);
+	json_kv_u64(j, "format", 1);
+	json_key(j, "log");
+	json_obj_begin(j);
+	json_kv_str(j, "path", rs->wal);
+	kv_hex(j, "log_id", 16, s->rec->log_id);
+	json_kv_u64(j, "epoch", s->c->epoch);
+	json_kv_u64(j, "windows", s->rec->committed_windows);
+	json_obj_end(j);
+	json_key(j, "window");
+	json_obj_begin(j);
+	json_kv_u64(j, "id", s->c->id);
+	json_kv_u64(j, "first_step", cs->first_step);
+	json_kv_u64(j, "last_step", cs->first_step + cs->steps - 1);
+	json_kv_u64(j, "steps", cs->steps);
+	json_kv_u64(j, "flags", cs->flags);
+	json_obj_end(j);
+	json_kv_u64(j, "resume_step", cs->first_step + cs->steps);
+	allocations_json(j, s);
+	pools_json(j, rs);
+	json_key(j, "routing");
+	json_obj_begin(j);
+	json_kv_str(j, "file", ROUTING);
+	json_kv_u64(j, "records", rs->routing);
+	json_key(j, "windows");
+	json_arr_begin(j);
+	for (size_t i = 0; i < s->nwin; i++)
+		window_json(j, &s->win[i]);
+	json_arr_end(j);
+	json_obj_end(j);
+	experts_json(j, &s->hist);
+	json_kv_u64(j, "lost_chunks", rs->lost);
+	json_kv_bool(j, "history_complete", s->history_complete);
+	problems_json(j, rs);
+	json_obj_end(j);
+}
+
+/* The plan of restore mode (preload/restore.h): what the preload of the
+ * command must copy in, and where from. */
+static int write_plan(struct restore *rs)
+{
+	const struct state *s = &rs->s;
+	char tmp[32];
+	FILE *f;
+
+	if (!(f = tmp_open(rs, PLAN, tmp, sizeof tmp)))
+		return io_fail(rs, tmp, errno);
+	fprintf(f, "moeft-restore-plan 1\nlog %016" PRIx64 "\nwindow %" PRIu64 " %" PRIu64 " %"
+		PRIu64 "\n", s->rec->log_id, s->c->id, s->cs.first_step,
+		s->cs.first_step + s->cs.steps - 1);
+	for (unsigned i = 0; i < s->npools; i++) {
+		const struct kvs_pool_desc *d = &s->pool[i].info.d;
+
+		fprintf(f, "pool %" PRIu32 " %016" PRIx64 " %" PRIu64 " %" PRIu32 " %" PRIu64 " %s\n",
+			s->pool[i].no, d->fingerprint, d->size, d->ordinal, d->chunk_bytes,
+			rs->img[i].file);
+	}
+	return tmp_commit(rs, f, tmp, PLAN, 0);
+}
+
+static int write_manifest(struct restore *rs)
+{
+	struct json j;
+	char tmp[32];
+	FILE *f;
+
+	if (!(f = tmp_open(rs, MANIFEST, tmp, sizeof tmp)))
+		return io_fail(rs, tmp, errno);
+	json_init(&j, f);
+	manifest_json(&j, rs);
+	return tmp_commit(rs, f, tmp, MANIFEST, 0);
+}
+
+/* After the manifest: the images of pools an earlier restore had and this
+ * one has not, and temporary files a killed restore left. */
+static void remove_stale(struct restore *rs)
+{
+	struct dirent *e;
+	DIR *d;
+	int fd = dup(rs->dir), tmp;
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	rewinddir(d); /* open_out read through the same open file */
+	while ((e = readdir(d))) {
+		int keep;
+
+		if (!ours(e->d_name, &tmp))
+			continue;
+		keep = !tmp && strncmp(e->d_name, "kv-pool-", 8) != 0;
+		for (unsigned i = 0; !tmp && i < rs->s.npools && !keep; i++)
+			keep = !strcmp(e->d_name, rs->img[i].file);
+		if (!keep)
+			unlinkat(rs->dir, e->d_name, 0);
+	}
+	closedir(d);
+}
+
+/* ---- what went wrong ------------------------------------------------------ */
+
+/* The reasons for exit status 1, and a note on an incomplete history. */
+static void assess(struct restore *rs)
+{
+	const struct state *s = &rs->s;
+	uint64_t gaps = 0, last = s->cs.first_step + s->cs.steps - 1;
+
+	if (rs->lost)
+		problem(rs, "%" PRIu64 " KV chunk%s lost (zero-filled, listed per pool)", rs->lost,
+			rs->lost == 1 ? "" : "s");
+	if (s->cs.flags & WINDOW_KV_PARTIAL)
+		problem(rs, "window %" PRIu64 " is flagged KV-partial: some chunks that changed by "
+			"step %" PRIu64 " were left for a later window", s->c->id, last);
+	for (size_t i = 0; i < s->nwin; i++)
+		gaps += (s->win[i].s.flags & WINDOW_ROUTING_GAP) != 0;
+	if (gaps)
+		problem(rs, "%" PRIu64 " decode window%s flagged routing-gap: their routing is not "
+			"whole", gaps, gaps == 1 ? " is" : "s are");
+	if (s->rec->damaged_windows)
+		problem(rs, "the log holds %" PRIu64 " damaged window%s ('moeft verify' lists them)",
+			s->rec->damaged_windows, s->rec->damaged_windows == 1 ? "" : "s");
+	if (s->bad)
+		problem(rs, "%" PRIu64 " record%s up to window %" PRIu64 " could not be used "
+			"(undecodable, or a KVREF of a chunk the KV store lacks)", s->bad,
+			s->bad == 1 ? "" : "s", s->c->id);
+	if (!s->kv && s->kvrefs)
+		problem(rs, "the log references %" PRIu64 " KV chunk%s, but %s.kv does not exist",
+			s->kvrefs, s->kvrefs == 1 ? "" : "s", rs->wal);
+}
+
+static void summary(const struct restore *rs, double seconds)
+{
+	const struct state *s = &rs->s;
+	uint64_t last = s->cs.first_step + s->cs.steps - 1;
+	double mbs = seconds > 0 ? (double)rs->bytes / seconds / 1e6 : 0;
+	char b[32];
+
+	if (rs->json) {
+		struct json j;
+
+		json_init(&j, stdout);
+		json_obj_begin(&j);
+		json_kv_str(&j, "status", rs->nproblem ? "incomplete" : "ok");
+		json_kv_str(&j, "out", rs->out);
+		json_kv_u64(&j, "window", s->c->id);
+		json_kv_u64(&j, "first_step", s->cs.first_step);
+		json_kv_u64(&j, "last_step", last);
+		json_kv_u64(&j, "resume_step", last + 1);
+		json_kv_u64(&j, "pools", s->npools);
+		json_kv_u64(&j, "bytes", rs->bytes);
+		json_kv_u64(&j, "chunks", rs->chunks);
+		json_kv_u64(&j, "lost_chunks", rs->lost);
+		json_kv_u64(&j, "routing_records", rs->routing);
+		json_kv_bool(&j, "history_complete", s->history_complete);
+		json_kv_double(&j, "seconds", seconds);
+		json_kv_double(&j, "mb_per_s", mbs);
+		problems_json(&j, rs);
+		json_obj_end(&j);
+		return;
+	}
+	for (unsigned i = 0; i < rs->nproblem; i++)
+		fprintf(stderr, "moeft restore: %s\n", rs->problem[i]);
+	fprintf(stderr, "moeft restore: window %" PRIu64 " (steps %" PRIu64 "-%" PRIu64 "), resume "
+		"at step %" PRIu64 ": %u KV pool%s, %s in %" PRIu64 " chunks, %" PRIu64 " lost; %"
+		PRIu64 " routing records; %.3f s, %.0f MB/s -> %s\n", s->c->id, s->cs.first_step,
+		last, last + 1, s->npools, s->npools == 1 ? "" : "s",
+		cli_fmt_bytes(b, sizeof b, rs->bytes), rs->chunks, rs->lost, rs->routing, seconds,
+		mbs, rs->out);
+}
+
+/* A log file whose data area holds zeros only: its process died before it
+ * finished formatting it, and the preload takes such a file over (the
+ * metadata below the data area may be half written).  Holes are found
+ * without reading them. */
+static int blank(const char *path)
+{
+	static uint8_t buf[1 << 16];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	off_t at;
+	ssize_t n;
+	int zeros = 1;
+
+	if (fd < 0)
+		return 0;
+	at = lseek(fd, WAL_DATA_OFF, SEEK_DATA);
+	if (at >= 0 && lseek(fd, at, SEEK_SET) == at)
+		while (zeros && (n = read(fd, buf, sizeof buf)) > 0)
+			zeros = buf[0] == 0 && !memcmp(buf, buf + 1, (size_t)n - 1);
+	else if (errno != ENXIO)
+		zeros = 0;
+	close(fd);
+	return zeros;
+}
+
+static int run(struct restore *rs)
+{
+	char msg[512];
+	double t0 = now();
+	int ret;
+
+	if ((ret = state_load(&rs->s, rs->wal, msg, sizeof msg)) < 0) {
+		if (rs->cmdv && (ret == STATE_NOTHING || blank(rs->wal)))
+			return RESTORE_NOTHING;
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s", msg);
+	}
+	if (!rs->s.history_complete)
+		fprintf(stderr, "moeft restore: note: the history of epoch %" PRIu32 " is "
+			"incomplete (its start was reclaimed, or a window is damaged): allocations "
+			"may be missing\n", rs->s.c->epoch);
+	if (rs->s.stale_pools)
+		fprintf(stderr, "moeft restore: note: %u KV pool%s of the store left out: no "
+			"allocation of epoch %" PRIu32 " holds %s as of window %" PRIu64 "\n",
+			rs->s.stale_pools, rs->s.stale_pools == 1 ? "" : "s", rs->s.c->epoch,
+			rs->s.stale_pools == 1 ? "it" : "them", rs->s.c->id);
+	if ((ret = open_out(rs)))
+		return ret;
+	if (!(rs->img = calloc(rs->s.npools ? rs->s.npools : 1, sizeof *rs->img)))
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "out of memory");
+	for (unsigned i = 0; i < rs->s.npools; i++)
+		if ((ret = write_image(rs, &rs->s.pool[i], &rs->img[i])))
+			return ret;
+	if (rs->lost_named > LOST_LINES)
+		fprintf(stderr, "moeft restore: and %u more lost chunks (manifest.json lists them)\n",
+			rs->lost_named - LOST_LINES);
+	if ((ret = write_routing(rs)))
+		return ret;
+	if (rs->cmdv && (ret = write_plan(rs)))
+		return ret;
+	assess(rs);
+	if ((ret = write_manifest(rs)))
+		return ret;
+	remove_stale(rs);
+	if (fsync(rs->dir) < 0)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: fsync: %s", rs->out,
+				strerror(errno));
+	summary(rs, now() - t0);
+	return rs->nproblem ? EXIT_BAD : EXIT_OK;
+}
+
+/* The absolute path of a log that may not exist yet (the preload wants one). */
+static int absolute(const char *path, char *out, size_t len)
+{
+	char cwd[PATH_MAX];
+
+	if (realpath(path, out))
+		return 0;
+	if (errno != ENOENT)
+		return -1;
+	if (path[0] == '/')
+		return snprintf(out, len, "%s", path) < (int)len ? 0 : (errno = ENAMETOOLONG, -1);
+	if (!getcwd(cwd, sizeof cwd))
+		return -1;
+	return snprintf(out, len, "%s/%s", cwd, path) < (int)len ? 0 : (errno = ENAMETOOLONG, -1);
+}
+
+/*
+ * Online: start the command, in restore mode when there is something to
+ * restore and it restored whole, fresh when the log has no decode window
+ * yet or --force-fresh says so.  Returns only on failure.
+ */
+static int bring_back(struct restore *rs, const char *preload, int fresh /* 1: asked, 2: no log */)
+{
+	char wal[PATH_MAX], plan[PATH_MAX + 8], manifest[PATH_MAX + 16], dir[PATH_MAX];
+	int ret = EXIT_OK;
+
+	if (absolute(rs->wal, wal, sizeof wal) < 0)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--wal %s: %s", rs->wal,
+				strerror(errno));
+	if (!fresh) {
+		ret = run(rs);
+		if (ret == RESTORE_NOTHING) {
+			fprintf(stderr, "moeft restore: %s has no committed decode window: nothing to "
+				"restore, starting %s fresh\n", rs->wal, rs->cmdv[0]);
+			fresh = 1;
+		} else if (ret == EXIT_USAGE) {
+			return ret;
+		} else if (rs->lost || (rs->s.cs.flags & WINDOW_KV_PARTIAL)) {
+			return cli_fail(rs->cmd, rs->json, EXIT_BAD, "the KV state of window %" PRIu64
+					" is not whole (%" PRIu64 " chunks lost%s); not starting %s on "
+					"it (--force-fresh starts it without restoring)", rs->s.c->id,
+					rs->lost, rs->s.cs.flags & WINDOW_KV_PARTIAL ?
+					", the window left chunks for later" : "", rs->cmdv[0]);
+		}
+	} else if (fresh == 1) {
+		fprintf(stderr, "moeft restore: --force-fresh: starting %s without restoring\n",
+			rs->cmdv[0]);
+	}
+	if (!fresh && !realpath(rs->out, dir))
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s: %s", rs->out, strerror(errno));
+	snprintf(plan, sizeof plan, "%s/" PLAN, fresh ? "" : dir);
+	snprintf(manifest, sizeof manifest, "%s/" MANIFEST, fresh ? "" : dir);
+	launch_exec(rs->cmdv, preload, wal, fresh ? NULL : plan, manifest);
+	return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "cannot start %s: %s", rs->cmdv[0],
+			strerror(errno));
+}
+
+static int restore(const struct cli_command *cmd, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "wal", required_argument, NULL, 'w' },
+		{ "out", required_argument, NULL, 'o' },
+		{ "preload", required_argument, NULL, 'p' },
+		{ "force-fresh", no_argument, NULL, 'f' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 }
+	};
+	struct cli_opts o = { .cmd = cmd };
+	struct restore rs = { .cmd = cmd, .dir = -1 };
+	char preload[PATH_MAX], out[PATH_MAX];
+	const char *lib = NULL;
+	struct stat st;
+	int c, ret, fresh = 0;
+
+	while ((c = cli_getopt(&o, argc, argv, opts)) != -1) {
+		switch (c) {
+		case 'w': rs.wal = optarg; break;
+		case 'o': rs.out = optarg; break;
+		case 'p': lib = optarg; break;
+		case 'f': fresh = 1; break;
+		case 'j': o.json = 1; break;
+		case 'h': cli_print_usage(cmd, stdout); return EXIT_OK;
+		}
+	}
+	if (optind < argc && optind > 0 && !strcmp(argv[optind - 1], "--"))
+		rs.cmdv = &argv[optind];
+	else if (optind < argc)
+		cli_usage_error(&o, "unexpected argument '%s' (a command goes after \"--\")",
+				argv[optind]);
+	if (!rs.wal)
+		cli_usage_error(&o, "--wal PATH is required");
+	else if (!*rs.wal)
+		cli_usage_error(&o, "--wal: the path is empty");
+	if (rs.out && !*rs.out)
+		cli_usage_error(&o, "--out: the path is empty");
+	else if (!rs.out && !rs.cmdv)
+		cli_usage_error(&o, "--out DIR is required (or a command after \"--\")");
+	if (!rs.cmdv && (lib || fresh))
+		cli_usage_error(&o, "--%s needs a command after \"--\"", lib ? "preload" : "force-fresh");
+	if (rs.cmdv && !lib) {
+		if (launch_find_preload(preload, sizeof preload) < 0)
+			cli_usage_error(&o, "--preload LIB is required: no libmoeft.so beside moeft");
+		lib = preload;
+	}
+	if (rs.cmdv && lib && access(lib, R_OK) < 0)
+		cli_usage_error(&o, "--preload %s: %s", lib, strerror(errno));
+	if ((ret = cli_parse_done(&o)))
+		return ret;
+	rs.json = o.json;
+	if (stat(rs.wal, &st) < 0) {
+		if (errno != ENOENT || !rs.cmdv)
+			return cli_fail(cmd, rs.json, EXIT_USAGE, "--wal %s: %s", rs.wal,
+					strerror(errno));
+		/* The process died before it made its log: nothing to restore. */
+		fprintf(stderr, "moeft restore: %s does not exist: nothing to restore, starting %s "
+			"fresh\n", rs.wal, rs.cmdv[0]);
+		fresh = 2;
+	}
+	if (rs.cmdv && !rs.out) {
+		if (snprintf(out, sizeof out, "%s.restore", rs.wal) >= (int)sizeof out)
+			return cli_fail(cmd, rs.json, EXIT_USAGE, "--wal %s: path too long", rs.wal);
+		rs.out = out;
+	}
+
+	ret = rs.cmdv ? bring_back(&rs, lib, fresh) : run(&rs);
+	for (unsigned i = 0; rs.img && i < rs.s.npools; i++)
+		free(rs.img[i].lost);
+	free(rs.img);
+	if (rs.dir >= 0)
+		close(rs.dir);
+	state_free(&rs.s);
+	return ret;
+}
+
+const struct cli_command cmd_restore = {
+	.name = "restore",
+	.summary = "write the state of the last committed decode window into a directory",
+	.usage =
+	"Usage: moeft restore --wal PATH --out DIR [--json]\n"
+	"       moeft restore --wal PATH [--out DIR] [--preload LIB] [--force-fresh]\n"
+	"                     [--json] -- CMD [ARGS...]\n"
+	"\n"
+	"Read the log at PATH and its KV store (PATH.kv) and write the state of the\n"
+	"last committed decode window into DIR (created when missing): one image per\n"
+	"KV pool (kv-pool-N.bin), the routing of the decode windows (routing.bin) and\n"
+	"manifest.json, which says what they are (README, \"Restore output\").  DIR\n"
+	"must be empty or hold an earlier restore's output, which is replaced.\n"
+	"No GPU is needed.\n"
+	"\n"
+	"With a command after \"--\", the restore is online: the state is written\n"
+	"(into PATH.restore unless --out says where), then CMD replaces moeft under\n"
+	"the preload, on the same log, in restore mode: its KV pools get the images\n"
+	"before its first decode step, matched to its allocations by call site,\n"
+	"size and ordinal, and MOEFT_RESTORE_MANIFEST names manifest.json for its\n"
+	"own recovery hook (resume_step).  A log without a committed decode window\n"
+	"starts CMD fresh; a window whose KV state is not whole does not start it.\n"
+	"\n"
+	"  -w, --wal PATH   the log file or device-DAX node\n"
+	"  -o, --out DIR    the directory to write\n"
+	"  -p, --preload LIB  libmoeft.so for CMD (default: the one beside moeft)\n"
+	"  -f, --force-fresh  start CMD on the log without restoring anything\n"
+	"  -j, --json       print the summary as one JSON object on stdout instead of\n"
+	"                   a line on stderr\n"
+	"  -h, --help       show this help\n"
+	"\n"
+	"Exit status: 0 restored whole; 1 restored, but KV chunks were lost (their\n"
+	"bytes are zeros; each is named) or the log is damaged or its windows are\n"
+	"flagged incomplete (the manifest's \"problems\" say which); 2 usage error,\n"
+	"an unreadable log or KV store, a KV store of another log, no committed\n"
+	"decode window, or an error writing DIR.  Online, moeft becomes CMD, whose\n"
+	"status it is; moeft's own are those above (1: not started, the state is\n"
+	"not whole), and a CMD whose layout does not match the plan is stopped by\n"
+	"the preload with status 3.\n",
+	.run = restore,
+};

@@ -1,0 +1,476 @@
+/*
+ * state.c - the state of the last committed decode window (see state.h).
+ *
+ * One pass over the committed records up to C gathers the allocation
+ * events of C's epoch, the newest KVREF of every chunk and the routing;
+ * both kinds of event are sorted afterwards (by allocation id, by chunk),
+ * so the cost stays O(records log records) and what is allocated is
+ * bounded by what the log holds, never by a count the store claims.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "state.h"
+
+/* An ALLOC or FREE record of C's epoch. */
+struct event {
+	uint64_t lsn, window;
+	int is_alloc;
+	struct rec_alloc a;     /* a FREE sets a.alloc_id only */
+};
+
+/* A KVREF record, before only the newest of each chunk is kept. */
+struct kvref {
+	uint64_t lsn;
+	uint32_t pool;
+	struct state_ref ref;
+};
+
+struct scan {
+	struct event *ev;
+	size_t nev, evcap;
+	struct kvref *kr;
+	size_t nkr, krcap;
+	int epoch_seen;         /* C's EPOCH record is in the log */
+	uint64_t epoch_window;  /* its window */
+};
+
+static int fail(char *msg, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fail(char *msg, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, len, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static void *grow(void *p, size_t *cap, size_t n, size_t size)
+{
+	size_t want;
+
+	if (n < *cap)
+		return p;
+	want = *cap ? *cap * 2 : 64;
+	if (want > SIZE_MAX / size || !(p = realloc(p, want * size)))
+		return NULL;
+	*cap = want;
+	return p;
+}
+
+/* The steps of a decode window: 1, or 0 when w is damaged, holds no
+ * steps, or holds steps that cannot be numbered. */
+static int decode_steps(const struct wal_window *w, struct rec_window_steps *ws)
+{
+	return w->state == WAL_WINDOW_INTACT &&
+	       rec_window_steps_decode(w->extra, w->extra_len, ws) == 0 && ws->steps &&
+	       ws->first_step <= UINT64_MAX - ws->steps;
+}
+
+/* The windows whose routing is restored: the intact decode windows of C's
+ * epoch up to C. */
+static int routing_windows(struct state *s, const struct wal_window *win, size_t nwin)
+{
+	struct rec_window_steps ws;
+	size_t i;
+
+	if (!(s->win = calloc(nwin, sizeof *s->win)))
+		return -1;
+	for (i = 0; i < nwin && win[i].id <= s->c->id; i++)
+		if (win[i].epoch == s->c->epoch && decode_steps(&win[i], &ws))
+			s->win[s->nwin++] = (struct state_window){ .id = win[i].id, .s = ws };
+	return 0;
+}
+
+/* Whether rec is a ROUTING record of a routing window; *wi walks s->win
+ * forward along the log. */
+static int is_routing(const struct state *s, size_t *wi, const struct wal_record *rec)
+{
+	while (*wi < s->nwin && s->win[*wi].id < rec->window)
+		(*wi)++;
+	return rec->type == WAL_REC_ROUTING && *wi < s->nwin && s->win[*wi].id == rec->window;
+}
+
+static int add_event(struct state *s, struct scan *sc, const struct wal_record *rec)
+{
+	struct event e = { .lsn = rec->lsn, .window = rec->window,
+			   .is_alloc = rec->type == WAL_REC_ALLOC };
+	struct rec_free f;
+	struct event *p;
+
+	if (e.is_alloc ? rec_alloc_decode(rec->payload, rec->len, &e.a) < 0
+		       : rec_free_decode(rec->payload, rec->len, &f) < 0) {
+		s->bad++;
+		return 0;
+	}
+	if (!e.is_alloc)
+		e.a.alloc_id = f.alloc_id;
+	if (!(p = grow(sc->ev, &sc->evcap, sc->nev, sizeof *p)))
+		return -1;
+	sc->ev = p;
+	sc->ev[sc->nev++] = e;
+	return 0;
+}
+
+/* A KVREF must name a chunk of the store and a length that chunk can
+ * have; without a store there is nothing to check it against. */
+static int add_kvref(struct state *s, struct scan *sc, const struct wal_record *rec)
+{
+	struct kvs_pool_info pi;
+	struct rec_kvref k;
+	struct kvref *p;
+
+	s->kvrefs++;
+	if (!s->kv)
+		return 0;
+	if (rec_kvref_decode(rec->payload, rec->len, &k) < 0 ||
+	    kvs_reader_pool(s->kv, k.pool, &pi) < 0 || k.block >= pi.nchunks || !k.bytes ||
+	    k.bytes > pi.d.chunk_bytes) {
+		s->bad++;
+		return 0;
+	}
+	if (!(p = grow(sc->kr, &sc->krcap, sc->nkr, sizeof *p)))
+		return -1;
+	sc->kr = p;
+	sc->kr[sc->nkr++] = (struct kvref){ .lsn = rec->lsn, .pool = k.pool,
+					    .ref = { .chunk = k.block, .window = rec->window,
+						     .crc = k.crc, .len = k.bytes } };
+	return 0;
+}
+
+/* Every committed record up to C, in log order. */
+static int scan(struct state *s, struct scan *sc)
+{
+	struct wal_iter it;
+	struct wal_record rec;
+	struct rec_routing rt;
+	size_t wi = 0;
+
+	wal_iter_init(&it, s->r);
+	while (wal_iter_next(&it, &rec) && rec.window <= s->c->id) {
+		int ret = 0;
+
+		if (rec.type == WAL_REC_EPOCH && rec.epoch == s->c->epoch) {
+			sc->epoch_seen = 1;
+			sc->epoch_window = rec.window;
+		} else if ((rec.type == WAL_REC_ALLOC || rec.type == WAL_REC_FREE) &&
+			   rec.epoch == s->c->epoch) {
+			ret = add_event(s, sc, &rec);
+		} else if (rec.type == WAL_REC_KVREF) {
+			ret = add_kvref(s, sc, &rec);
+		} else if (is_routing(s, &wi, &rec)) {
+			if (rec_routing_decode(rec.payload, rec.len, &rt) < 0) {
+				s->bad++;
+				continue;
+			}
+			s->routing++;
+			ret = hist_add(&s->hist, &rec);
+		}
+		if (ret < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int by_id(const void *x, const void *y)
+{
+	const struct event *a = x, *b = y;
+
+	if (a->a.alloc_id != b->a.alloc_id)
+		return a->a.alloc_id < b->a.alloc_id ? -1 : 1;
+	return (a->lsn > b->lsn) - (a->lsn < b->lsn);
+}
+
+/*
+ * The allocation table as of C: each id's events in log order.  An ALLOC
+ * of a live id replaces it; its turning into a KV pool is when the
+ * pool's current copies begin.  An id first seen already a KV pool began
+ * in that window only if the epoch's history is there to say it was not
+ * logged before.
+ */
+static int replay(struct state *s, struct scan *sc)
+{
+	struct state_alloc cur = { 0 };
+	size_t i;
+	int live = 0;
+
+	qsort(sc->ev, sc->nev, sizeof *sc->ev, by_id);
+	if (!(s->alloc = calloc(sc->nev ? sc->nev : 1, sizeof *s->alloc)))
+		return -1;
+	for (i = 0; i < sc->nev; i++) {
+		const struct event *e = &sc->ev[i];
+		int kv = e->a.role == ALLOC_ROLE_KV_POOL;
+
+		if (i && e->a.alloc_id != sc->ev[i - 1].a.alloc_id) {
+			if (live)
+				s->alloc[s->nalloc++] = cur;
+			live = 0;
+		}
+		if (!e->is_alloc) {
+			live = 0;
+			continue;
+		}
+		if (!live || !kv || cur.a.role != ALLOC_ROLE_KV_POOL) {
+			cur.kv_known = kv && (live || sc->epoch_seen);
+			cur.kv_window = e->window;
+		}
+		cur.a = e->a;
+		live = 1;
+	}
+	if (live)
+		s->alloc[s->nalloc++] = cur;
+	return 0;
+}
+
+static int by_chunk(const void *x, const void *y)
+{
+	const struct kvref *a = x, *b = y;
+
+	if (a->pool != b->pool)
+		return a->pool < b->pool ? -1 : 1;
+	if (a->ref.chunk != b->ref.chunk)
+		return a->ref.chunk < b->ref.chunk ? -1 : 1;
+	return (a->lsn > b->lsn) - (a->lsn < b->lsn);
+}
+
+/* Keep the newest KVREF of each chunk, in chunk order: the last of its
+ * run once sorted. */
+static size_t newest_refs(struct scan *sc)
+{
+	size_t i, n = 0;
+
+	qsort(sc->kr, sc->nkr, sizeof *sc->kr, by_chunk);
+	for (i = 0; i < sc->nkr; i++) {
+		if (i + 1 < sc->nkr && sc->kr[i + 1].pool == sc->kr[i].pool &&
+		    sc->kr[i + 1].ref.chunk == sc->kr[i].ref.chunk)
+			continue;
+		sc->kr[n++] = sc->kr[i];
+	}
+	return n;
+}
+
+static const struct state_alloc *live_pool(const struct state *s, const struct kvs_pool_desc *d)
+{
+	for (size_t i = 0; i < s->nalloc; i++) {
+		const struct rec_alloc *a = &s->alloc[i].a;
+
+		if (a->role == ALLOC_ROLE_KV_POOL && a->fingerprint == d->fingerprint &&
+		    a->size == d->size && a->ordinal == d->ordinal)
+			return &s->alloc[i];
+	}
+	return NULL;
+}
+
+/* The store's pools that are part of the state, each with the newest
+ * KVREFs of its chunks. */
+static int pools(struct state *s, struct scan *sc)
+{
+	unsigned n = s->kv ? kvs_reader_pools(s->kv) : 0;
+	size_t nref = newest_refs(sc), r = 0, first;
+
+	if (!(s->pool = calloc(n ? n : 1, sizeof *s->pool)))
+		return -1;
+	for (uint32_t no = 0; no < n; no++) {
+		struct state_pool *p = &s->pool[s->npools];
+
+		if (kvs_reader_pool(s->kv, no, &p->info) < 0)
+			return -1;
+		p->no = no;
+		p->alloc = live_pool(s, &p->info.d);
+		if (!p->alloc && s->history_complete) {
+			s->stale_pools++;
+			continue;
+		}
+		p->floor = p->alloc && p->alloc->kv_known ? p->alloc->kv_window : 0;
+		for (; r < nref && sc->kr[r].pool < no; r++)
+			;
+		for (first = r; r < nref && sc->kr[r].pool == no; r++)
+			;
+		p->nref = r - first;
+		if (!(p->ref = calloc(p->nref ? p->nref : 1, sizeof *p->ref)))
+			return -1;
+		for (size_t i = 0; i < p->nref; i++)
+			p->ref[i] = sc->kr[first + i].ref;
+		s->npools++;
+	}
+	return 0;
+}
+
+/* The history of C's epoch is whole from its EPOCH record to C. */
+static int complete(const struct state *s, const struct scan *sc)
+{
+	const struct wal_window *win;
+	size_t nwin;
+
+	if (!sc->epoch_seen)
+		return 0;
+	win = wal_reader_windows(s->r, &nwin);
+	for (size_t i = 0; i < nwin && win[i].id <= s->c->id; i++)
+		if (win[i].state != WAL_WINDOW_INTACT && win[i].id >= sc->epoch_window)
+			return 0;
+	return 1;
+}
+
+/* The KV store beside the log: 0 (s->kv NULL when there is none), or -1. */
+static int open_store(struct state *s, const char *wal_path, char *msg, size_t len)
+{
+	struct wal_error err = { 0 };
+	struct stat st;
+	size_t n = strlen(wal_path);
+	char *path = malloc(n + 4);
+	int ret = 0;
+
+	if (!path)
+		return fail(msg, len, "out of memory");
+	memcpy(path, wal_path, n);
+	memcpy(path + n, ".kv", 4);
+	if (stat(path, &st) < 0 && errno == ENOENT)
+		s->kv = NULL;
+	else if (kvs_reader_open(path, s->rec->log_id, &s->kv, &err) < 0)
+		ret = fail(msg, len, "%s", err.msg);
+	free(path);
+	return ret;
+}
+
+int state_load(struct state *s, const char *wal_path, char *msg, size_t msglen)
+{
+	struct wal_error err = { 0 };
+	const struct wal_window *win;
+	struct scan sc = { 0 };
+	size_t nwin, i;
+	int ret = -1;
+
+	memset(s, 0, sizeof *s);
+	hist_init(&s->hist);
+	if (wal_reader_open_path(wal_path, &s->r, &err) < 0)
+		return fail(msg, msglen, "%s", err.msg);
+	s->rec = wal_reader_recovery(s->r);
+	win = wal_reader_windows(s->r, &nwin);
+	for (i = nwin; i > 0 && !decode_steps(&win[i - 1], &s->cs); i--)
+		;
+	if (!i) {
+		fail(msg, msglen, "%s: no committed decode window (%zu committed window%s, none "
+		     "with decode steps): nothing to restore", wal_path, nwin, nwin == 1 ? "" : "s");
+		ret = STATE_NOTHING;
+		goto out;
+	}
+	s->c = &win[i - 1];
+	if (open_store(s, wal_path, msg, msglen) < 0)
+		goto out;
+	if (routing_windows(s, win, nwin) < 0 || scan(s, &sc) < 0)
+		goto oom;
+	s->history_complete = complete(s, &sc);
+	if (replay(s, &sc) < 0 || pools(s, &sc) < 0)
+		goto oom;
+	ret = 0;
+	goto out;
+oom:
+	fail(msg, msglen, "out of memory");
+out:
+	free(sc.ev);
+	free(sc.kr);
+	if (ret < 0)
+		state_free(s);
+	return ret;
+}
+
+void state_free(struct state *s)
+{
+	for (unsigned i = 0; s->pool && i < s->npools; i++)
+		free(s->pool[i].ref);
+	free(s->pool);
+	free(s->alloc);
+	free(s->win);
+	hist_free(&s->hist);
+	kvs_reader_close(s->kv);
+	wal_reader_close(s->r);
+	memset(s, 0, sizeof *s);
+}
+
+uint64_t state_chunk_len(const struct state_pool *p, uint64_t chunk)
+{
+	uint64_t left = p->info.d.size - chunk * p->info.d.chunk_bytes;
+
+	return left < p->info.d.chunk_bytes ? left : p->info.d.chunk_bytes;
+}
+
+/* The newest KVREF of the chunk that belongs to the pool's allocation. */
+static const struct state_ref *find_ref(const struct state_pool *p, uint64_t chunk)
+{
+	size_t lo = 0, hi = p->nref;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (p->ref[mid].chunk < chunk)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == p->nref || p->ref[lo].chunk != chunk || p->ref[lo].window < p->floor)
+		return NULL;
+	return &p->ref[lo];
+}
+
+int state_chunk(const struct state *s, const struct state_pool *p, uint64_t chunk,
+		const uint8_t **data, char *why, size_t whylen)
+{
+	const struct state_ref *ref = find_ref(p, chunk);
+	uint64_t want = state_chunk_len(p, chunk), window = 0;
+	uint32_t len = 0, crc = 0;
+	int st = kvs_reader_chunk(s->kv, p->no, chunk, s->c->id, data, &len, &window, &crc);
+
+	if (st == KVS_CHUNK_DAMAGED) {
+		snprintf(why, whylen, "damaged in the KV store");
+		return STATE_CHUNK_LOST;
+	}
+	if (st != KVS_CHUNK_OK && st != KVS_CHUNK_NONE) {
+		snprintf(why, whylen, "the KV store cannot say (%s)", wal_strerror(st));
+		return STATE_CHUNK_LOST;
+	}
+	if (st == KVS_CHUNK_NONE || window < p->floor) {
+		if (!ref)
+			return STATE_CHUNK_ZERO;
+		snprintf(why, whylen, "the log references window %llu's copy, the KV store has "
+			 "none", (unsigned long long)ref->window);
+		return STATE_CHUNK_LOST;
+	}
+	if (ref && ref->window > window)
+		snprintf(why, whylen, "the log references window %llu's copy, the KV store holds "
+			 "window %llu's", (unsigned long long)ref->window, (unsigned long long)window);
+	else if (ref && ref->window == window && (ref->crc != crc || ref->len != len))
+		snprintf(why, whylen, "window %llu's copy has CRC %08x and %u bytes, its KVREF "
+			 "says %08x and %u", (unsigned long long)window, (unsigned)crc, (unsigned)len,
+			 (unsigned)ref->crc, (unsigned)ref->len);
+	else if (len != want)
+		snprintf(why, whylen, "window %llu's copy holds %u of the chunk's %llu bytes",
+			 (unsigned long long)window, (unsigned)len, (unsigned long long)want);
+	else
+		return STATE_CHUNK_DATA;
+	return STATE_CHUNK_LOST;
+}
+
+void state_routing_init(struct state_iter *it, const struct state *s)
+{
+	memset(it, 0, sizeof *it);
+	it->s = s;
+	wal_iter_init(&it->it, s->r);
+}
+
+int state_routing_next(struct state_iter *it, struct wal_record *rec)
+{
+	struct rec_routing rt;
+
+	while (wal_iter_next(&it->it, rec) && rec->window <= it->s->c->id)
+		if (is_routing(it->s, &it->wi, rec) &&
+		    rec_routing_decode(rec->payload, rec->len, &rt) == 0)
+			return 1;
+	return 0;
+}

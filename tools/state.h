@@ -1,0 +1,135 @@
+/*
+ * state.h - the state of the last committed decode window of a log, read
+ * offline from the log and its KV store (no CUDA): what `moeft restore`
+ * materialises.
+ *
+ * The last committed decode window C is the newest intact window whose
+ * WINDOW extra bytes are a window's steps with steps > 0.  As of C:
+ *
+ *  - the allocation table of C's writer epoch (the process that committed
+ *    C): its ALLOC and FREE records up to C replayed in log order, an ALLOC
+ *    of a live id replacing it (the preload logs one again when the
+ *    allocation becomes a KV pool).  The history is complete when the
+ *    epoch's EPOCH record is still in the log and no window between it and
+ *    C is damaged; otherwise allocations made before the retained part are
+ *    missing.
+ *
+ *  - the KV pools: the store's pools that a live KV-pool allocation of the
+ *    table matches (fingerprint, size, ordinal).  A store pool outlives
+ *    its allocation (a later process, or a later allocation of the same
+ *    call site, gets the same pool back), but the snapshot of a new
+ *    allocation starts from zeros and copies only the chunks that differ:
+ *    a copy older than the window in which the allocation became a KV pool
+ *    belongs to the earlier one, and the chunk reads as zeros.  With an
+ *    incomplete history an unmatched pool may still be live, so it is
+ *    kept, with nothing taken as stale.
+ *
+ *  - each chunk: its newest store copy of a window <= C (kvs_reader_chunk),
+ *    checked against the newest KVREF record of the chunk up to C.  The
+ *    chunk is lost when the store says damaged, when the log references a
+ *    newer copy than the store holds, when the KVREF of the copy's window
+ *    disagrees with it (CRC, length), or when the copy does not fill the
+ *    chunk.
+ *
+ *  - the routing: the ROUTING records of the intact decode windows of C's
+ *    epoch up to C (steps restart at 0 in every process), and per layer
+ *    the tokens routed to each expert.
+ *
+ * The log and the store are untrusted: records that do not decode, or
+ * KVREFs of a chunk the store lacks, are counted (state.bad), never used.
+ */
+#ifndef MOEFT_STATE_H
+#define MOEFT_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hist.h"
+#include "kvstore.h"
+#include "record.h"
+#include "wal.h"
+
+/* An allocation live as of C. */
+struct state_alloc {
+	struct rec_alloc a;     /* its newest ALLOC record */
+	uint64_t kv_window;     /* the window in which it became a KV pool */
+	int kv_known;           /* kv_window is known (0: unknown or not a pool) */
+};
+
+/* The newest KVREF record of a chunk up to C. */
+struct state_ref {
+	uint64_t chunk, window;
+	uint32_t crc, len;
+};
+
+struct state_pool {
+	uint32_t no;                    /* the KV store's pool number */
+	struct kvs_pool_info info;
+	const struct state_alloc *alloc;/* its live allocation; NULL: none known */
+	uint64_t floor;                 /* copies of older windows are stale */
+	struct state_ref *ref;          /* by chunk, the chunks with one */
+	size_t nref;
+};
+
+/* A decode window whose routing is restored. */
+struct state_window {
+	uint64_t id;
+	struct rec_window_steps s;
+};
+
+struct state {
+	struct wal_reader *r;
+	const struct wal_recovery *rec;
+	struct kvs_reader *kv;          /* NULL: the log has no KV store */
+	const struct wal_window *c;     /* the last committed decode window */
+	struct rec_window_steps cs;     /* its steps */
+	int history_complete;
+	struct state_alloc *alloc;      /* by alloc id */
+	size_t nalloc;
+	struct state_pool *pool;        /* by pool number */
+	unsigned npools;
+	unsigned stale_pools;           /* store pools left out: no live allocation */
+	struct state_window *win;       /* oldest first; the last is C */
+	size_t nwin;
+	uint64_t routing;               /* ROUTING records of win */
+	struct hist hist;               /* their expert usage */
+	uint64_t kvrefs;                /* KVREF records up to C */
+	uint64_t bad;                   /* records up to C that cannot be used */
+};
+
+/*
+ * Read the log at wal_path and its KV store (wal_path + ".kv"; a missing
+ * one is no error: device-DAX and routing-only logs have none).  0;
+ * STATE_NOTHING when the log has no committed decode window; or -1.  On
+ * failure msg names what is wrong: the log cannot be read, it has no
+ * committed decode window, the store belongs to another log or cannot be
+ * read, out of memory.
+ */
+#define STATE_NOTHING (-2)
+int state_load(struct state *s, const char *wal_path, char *msg, size_t msglen);
+void state_free(struct state *s);
+
+enum state_chunk_kind {
+	STATE_CHUNK_DATA = 0,   /* *data, len bytes */
+	STATE_CHUNK_ZERO = 1,   /* never written as of C: zeros */
+	STATE_CHUNK_LOST = 2    /* why says why */
+};
+
+/* Bytes of chunk `chunk` of p (the last one holds what is left). */
+uint64_t state_chunk_len(const struct state_pool *p, uint64_t chunk);
+
+/* Chunk `chunk` (< p->info.nchunks) of pool p as of C. */
+int state_chunk(const struct state *s, const struct state_pool *p, uint64_t chunk,
+		const uint8_t **data, char *why, size_t whylen);
+
+/* The ROUTING records of s->win in log order: the s->routing records that
+ * were counted into s->hist. */
+struct state_iter {
+	const struct state *s;
+	struct wal_iter it;
+	size_t wi;
+};
+void state_routing_init(struct state_iter *it, const struct state *s);
+int state_routing_next(struct state_iter *it, struct wal_record *rec);
+
+#endif
