@@ -236,6 +236,16 @@ const struct restore_pool *restore_match(struct restore_plan *p, uint64_t finger
 	return NULL;
 }
 
+int restore_claimed(const struct restore_plan *p, uint64_t base)
+{
+	unsigned i;
+
+	for (i = 0; i < p->npools; i++)
+		if (p->pools[i].base == base)
+			return 1;
+	return 0;
+}
+
 const struct restore_pool *restore_unmatched(const struct restore_plan *p)
 {
 	unsigned i;

@@ -20,8 +20,9 @@
  * initialisation of the pool, such as torch.zeros' fill kernel, and before
  * its first real use) the images are copied in, in stream order; every
  * other stream waits for the copy before its own first step.  A pool of
- * the plan that no allocation matched by then means another model or
- * configuration: the process is stopped with a message naming it.
+ * the plan that no allocation matched by then, or a KV write into an
+ * allocation that claimed none, means another model or configuration: the
+ * process is stopped with a message naming it.
  */
 #ifndef MOEFT_RESTORE_H
 #define MOEFT_RESTORE_H
@@ -64,6 +65,9 @@ int restore_plan_load(const char *path, struct restore_plan *p, char *err, size_
  * identity.  Returns the pool, or NULL. */
 const struct restore_pool *restore_match(struct restore_plan *p, uint64_t fingerprint,
 					 uint64_t size, uint32_t ordinal, uint64_t base);
+
+/* Whether the allocation at base claimed a pool of the plan. */
+int restore_claimed(const struct restore_plan *p, uint64_t base);
 
 /* The first pool no allocation claimed, or NULL when all are. */
 const struct restore_pool *restore_unmatched(const struct restore_plan *p);

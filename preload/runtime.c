@@ -704,6 +704,10 @@ static void add_pool(const struct alloc_info *a, uint64_t chunk)
 
 	if (!rt.kvs || snap_has_pool(a->alloc_id))
 		return;
+	if (rt.plan && cap.restored && !restore_claimed(rt.plan, a->base))
+		refuse("the allocation at 0x%" PRIx64 " (%" PRIu64 " bytes) holds KV here, but "
+		       "the crashed process had no such KV pool: another model or configuration",
+		       a->base, a->size);
 	log_begin();
 	r = kvs_pool(rt.kvs, &d, &no);
 	if (r == 0 && (r = snap_add_pool(a->alloc_id, a->base, a->size, chunk, no)) == 0 &&

@@ -105,6 +105,9 @@ static void test_match(void)
 	CU_ASSERT_PTR_EQUAL(restore_unmatched(&p), &p.pools[2]);
 	CU_ASSERT_PTR_EQUAL(restore_match(&p, 1, 100, 0, 0x5000), &p.pools[2]);
 	CU_ASSERT_PTR_NULL(restore_unmatched(&p));
+	CU_ASSERT(restore_claimed(&p, 0x2000));
+	CU_ASSERT(restore_claimed(&p, 0x5000));
+	CU_ASSERT(!restore_claimed(&p, 0x3000));
 }
 
 /* Loading maps each image, which must be a file of exactly its size. */

@@ -1,0 +1,72 @@
+#!/bin/sh
+# online.sh - moeft restore -- CMD when the state cannot be taken: a
+# different model (other sizes, more layers) is stopped by the preload with
+# status 3 and a message naming what does not match, and --force-fresh runs
+# it from scratch; a damaged KV chunk in the last window keeps the command
+# from starting (status 1, the chunk named); a log with nothing committed
+# starts it fresh.
+#
+# Usage: online.sh MOEFT LIBMOEFT SERVE KVTOOL
+set -u
+
+moeft=$1 lib=$2 serve=$3 kvtool=$4
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+fail() {
+	echo "restore online.sh: $*" >&2
+	exit 1
+}
+
+# The crashed process: a finished run stands in for it (its log holds the
+# windows up to step 31, its journal all 40 steps).
+MOEFT_WAL="$dir/w.wal" LD_PRELOAD="$lib" "$serve" --steps=40 --journal="$dir/j" >/dev/null ||
+	fail "the first run failed"
+
+# other: NAME WANT-LINE SERVE-ARGS...: the restore must stop the command.
+# Each case gets a copy of the crashed process's log and journal.
+other() {
+	name=$1 want=$2
+	shift 2
+	cp "$dir/j" "$dir/j.$name"
+	cp "$dir/w.wal" "$dir/$name.wal"
+	cp "$dir/w.wal.kv" "$dir/$name.wal.kv"
+	"$moeft" restore --wal "$dir/$name.wal" --preload "$lib" -- "$serve" --steps=40 "$@" \
+		--journal="$dir/j.$name" >"$dir/$name.out" 2>"$dir/$name.err"
+	status=$?
+	[ $status = 3 ] || fail "$name: exit status $status, want 3: $(cat "$dir/$name.err")"
+	grep -q "$want" "$dir/$name.err" || fail "$name: no '$want' in: $(cat "$dir/$name.err")"
+	[ -s "$dir/$name.out" ] && fail "$name: the stopped command printed $(cat "$dir/$name.out")"
+	# --force-fresh: the other model from scratch, as without moeft.
+	"$serve" --steps=40 "$@" >"$dir/$name.want"
+	"$moeft" restore --wal "$dir/$name.wal" --preload "$lib" --force-fresh -- "$serve" \
+		--steps=40 "$@" --journal="$dir/j.$name" >"$dir/$name.fresh" 2>"$dir/$name.ferr" ||
+		fail "$name: --force-fresh failed: $(cat "$dir/$name.ferr")"
+	cmp -s "$dir/$name.fresh" "$dir/$name.want" || fail "$name: --force-fresh output differs"
+	grep -q 'starting .* without restoring' "$dir/$name.ferr" ||
+		fail "$name: --force-fresh said: $(cat "$dir/$name.ferr")"
+}
+
+other hidden "has no allocation of the same identity here: another model" --hidden=128
+other layers "had no such KV pool: another model" --layers=5
+
+# A damaged chunk of the last window: reported, the command not started.
+chunk=$("$kvtool" flip "$dir/w.wal" data) || fail "kvtool flip failed"
+"$moeft" restore --wal "$dir/w.wal" --preload "$lib" -- "$serve" --steps=40 \
+	--journal="$dir/j" >"$dir/bad.out" 2>"$dir/bad.err"
+status=$?
+[ $status = 1 ] || fail "damaged chunk: exit status $status, want 1: $(cat "$dir/bad.err")"
+set -- $chunk
+grep -q "pool $1 chunk $2" "$dir/bad.err" ||
+	fail "damaged chunk: pool $1 chunk $2 not named in: $(cat "$dir/bad.err")"
+grep -q "not starting" "$dir/bad.err" || fail "damaged chunk: $(cat "$dir/bad.err")"
+[ -s "$dir/bad.out" ] && fail "damaged chunk: the command ran"
+
+# Nothing committed yet: the command starts fresh.
+"$kvtool" fresh "$dir/n.wal" || fail "kvtool fresh failed"
+"$serve" --steps=40 >"$dir/n.want"
+"$moeft" restore --wal "$dir/n.wal" --preload "$lib" -- "$serve" --steps=40 \
+	--journal="$dir/jn" >"$dir/n.out" 2>"$dir/n.err" || fail "fresh log: $(cat "$dir/n.err")"
+cmp -s "$dir/n.out" "$dir/n.want" || fail "fresh log: output differs"
+grep -q "nothing to restore, starting" "$dir/n.err" || fail "fresh log: $(cat "$dir/n.err")"
+echo "restore online.sh: other models stopped, --force-fresh, damage, fresh log: ok"
