@@ -1,6 +1,7 @@
 /*
- * bench.c - moeft bench wal: the log's speed against memcpy; and the
- * dispatch of 'moeft bench launch' (bench_launch.c).
+ * bench.c - moeft bench wal: the log's speed against memcpy; the helpers
+ * the targets share (bench.h); and the dispatch of 'moeft bench launch'
+ * (bench_launch.c) and 'moeft bench restore' (bench_restore.c).
  *
  * memcpy of the same bytes is the bound on any write path into memory, so
  * each figure comes with its memcpy twin from the same process and its
@@ -27,7 +28,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
-#include "bench_launch.h"
+#include "bench.h"
 #include "cli.h"
 #include "json.h"
 
@@ -63,7 +64,7 @@ struct results {
 	double scan_bps, scan_memcpy_bps;	/* bytes per second */
 };
 
-static double now(void)
+double bench_now(void)
 {
 	struct timespec ts;
 
@@ -71,10 +72,10 @@ static double now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The copy may not be optimised away: its bytes count as read. */
-static void keep(const void *p)
+void bench_keep_min(double *best, double v)
 {
-	__asm__ __volatile__("" : : "r"(p) : "memory");
+	if (*best == 0 || v < *best)
+		*best = v;
 }
 
 static uint32_t per_commit(uint32_t size)
@@ -98,7 +99,7 @@ static int batch(struct wal *w, const uint8_t *src, uint32_t size)
 
 static int run_wal(struct bench *b, uint32_t size, double *rps)
 {
-	double t0 = now(), t;
+	double t0 = bench_now(), t;
 	uint64_t n = 0;
 	int ret;
 
@@ -106,14 +107,14 @@ static int run_wal(struct bench *b, uint32_t size, double *rps)
 		if ((ret = batch(b->w, b->src, size)) < 0)
 			return ret;
 		n += per_commit(size);
-	} while ((t = now() - t0) < b->run_s);
+	} while ((t = bench_now() - t0) < b->run_s);
 	*rps = (double)n / t;
 	return 0;
 }
 
 static void run_memcpy(struct bench *b, uint32_t size, double *rps)
 {
-	double t0 = now(), t;
+	double t0 = bench_now(), t;
 	uint64_t n = 0;
 	size_t off = 0;
 
@@ -122,11 +123,11 @@ static void run_memcpy(struct bench *b, uint32_t size, double *rps)
 			if (off + size > b->dst_len)
 				off = 0;
 			memcpy(b->dst + off, b->src, size);
-			keep(b->dst + off);
+			bench_keep(b->dst + off);
 			off += size;
 		}
 		n += per_commit(size);
-	} while ((t = now() - t0) < b->run_s);
+	} while ((t = bench_now() - t0) < b->run_s);
 	*rps = (double)n / t;
 }
 
@@ -140,13 +141,13 @@ struct worker {
 static void *work(void *arg)
 {
 	struct worker *k = arg;
-	double t0 = now();
+	double t0 = bench_now();
 
 	do {
 		if ((k->status = batch(k->b->w, k->b->src, k->size)) < 0)
 			break;
 		k->records += per_commit(k->size);
-	} while (now() - t0 < k->b->run_s);
+	} while (bench_now() - t0 < k->b->run_s);
 	return NULL;
 }
 
@@ -156,7 +157,7 @@ static int run_threads(struct bench *b, uint32_t size, double *rps)
 {
 	struct worker k[THREADS];
 	pthread_t tid[THREADS];
-	double t0 = now();
+	double t0 = bench_now();
 	uint64_t n = 0;
 	int started, ret = 0;
 
@@ -173,7 +174,7 @@ static int run_threads(struct bench *b, uint32_t size, double *rps)
 		if (k[i].status < 0)
 			ret = k[i].status;
 	}
-	*rps = (double)n / (now() - t0);
+	*rps = (double)n / (bench_now() - t0);
 	return ret;
 }
 
@@ -199,10 +200,10 @@ static int run_latency(struct bench *b, struct results *res)
 
 			ret = a < 0 ? (int)a : 0;
 		}
-		t = now();
+		t = bench_now();
 		if (ret == 0)
 			ret = wal_commit(b->w, NULL, 0, NULL);
-		lat[i] = (now() - t) * 1e6;
+		lat[i] = (bench_now() - t) * 1e6;
 	}
 	qsort(lat, LAT_SAMPLES, sizeof *lat, cmp_double);
 	res->p50_us = lat[LAT_SAMPLES / 2];
@@ -277,20 +278,20 @@ static int run_scan(struct bench *b, struct results *res, struct wal_error *err)
 	}
 	for (int r = 0; r < REPEATS && ret == 0; r++) {
 		struct wal_reader *rd;
-		double t = now(), dt, bps;
+		double t = bench_now(), dt, bps;
 
 		if ((ret = wal_reader_open_buf(img, len, &rd, err)) < 0)
 			break;
-		dt = now() - t;
+		dt = bench_now() - t;
 		res->scan_bytes = wal_reader_recovery(rd)->bytes;
 		wal_reader_close(rd);
 		bps = (double)res->scan_bytes / dt;
 		if (bps > res->scan_bps)
 			res->scan_bps = bps;
-		t = now();
+		t = bench_now();
 		memcpy(b->dst, img, res->scan_bytes < b->dst_len ? res->scan_bytes : b->dst_len);
-		keep(b->dst);
-		bps = (double)res->scan_bytes / (now() - t);
+		bench_keep(b->dst);
+		bps = (double)res->scan_bytes / (bench_now() - t);
 		if (bps > res->scan_memcpy_bps)
 			res->scan_memcpy_bps = bps;
 	}
@@ -458,18 +459,28 @@ static void print_json(const struct bench *b, const struct results *res, const c
 	json_obj_end(&j);
 }
 
-/* Whether the target is 'launch', whose options bench_launch.c parses:
- * the first argument that is neither an option nor the value of one. */
-static int is_launch(int argc, char **argv)
+/* The target: the first argument that is neither an option nor the
+ * value of one (of any target: options may come before it); NULL when
+ * there is none.  'launch' and 'restore' parse their own options. */
+static const char *target(int argc, char **argv)
 {
+	static const char *const valued[] = {
+		"-w", "--wal", "-s", "--seconds",			/* wal */
+		"-n", "--launches", "-S", "--steps", "-p", "--preload",	/* launch */
+		"-f", "--fixture",
+		"-m", "--pool-mib", "-k", "--chunk-kib",		/* restore */
+	};
+
 	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
-		if (!strcmp(argv[i], "-w") || !strcmp(argv[i], "--wal") ||
-		    !strcmp(argv[i], "-s") || !strcmp(argv[i], "--seconds"))
-			i++;
-		else if (argv[i][0] != '-')
-			return !strcmp(argv[i], "launch");
+		size_t v = 0;
+
+		if (argv[i][0] != '-')
+			return argv[i];
+		while (v < sizeof valued / sizeof valued[0] && strcmp(argv[i], valued[v]))
+			v++;
+		i += v < sizeof valued / sizeof valued[0];
 	}
-	return 0;
+	return NULL;
 }
 
 static int bench(const struct cli_command *cmd, int argc, char **argv)
@@ -487,12 +498,15 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 	struct wal_error err = { 0 };
 	struct stat st;
 	char path[4096], msg[512], cpu[128];
+	const char *t;
 	double seconds = 0.5;
 	unsigned flags;
 	int c, ret;
 
-	if (is_launch(argc, argv))
+	if ((t = target(argc, argv)) && !strcmp(t, "launch"))
 		return bench_launch(cmd, argc, argv);
+	if (t && !strcmp(t, "restore"))
+		return bench_restore(cmd, argc, argv);
 	cli_default_path(path, sizeof path, "bench");
 	while ((c = cli_getopt(&o, argc, argv, opts)) != -1) {
 		switch (c) {
@@ -508,9 +522,9 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 		}
 	}
 	if (optind == argc)
-		cli_usage_error(&o, "missing what to measure: 'wal' or 'launch'");
+		cli_usage_error(&o, "missing what to measure: 'wal', 'launch' or 'restore'");
 	else if (strcmp(argv[optind], "wal"))
-		cli_usage_error(&o, "unknown benchmark '%s' (there are: wal, launch)",
+		cli_usage_error(&o, "unknown benchmark '%s' (there are: wal, launch, restore)",
 				argv[optind]);
 	else if (optind + 1 < argc)
 		cli_usage_error(&o, "unexpected argument '%s'", argv[optind + 1]);
@@ -552,11 +566,12 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 
 const struct cli_command cmd_bench = {
 	.name = "bench",
-	.summary = "measure the log against memcpy, or the interposer's cost per launch",
+	.summary = "measure the log and restore against memcpy, the interposer's cost per launch",
 	.usage =
 	"Usage: moeft bench wal [--wal PATH] [--seconds S] [--json]\n"
 	"       moeft bench launch [--launches N] [--steps N] [--preload PATH]\n"
 	"                          [--fixture DIR] [--json]\n"
+	"       moeft bench restore [--pool-mib N] [--chunk-kib K] [--json]\n"
 	"\n"
 	"wal:\n"
 	"Measure, on a fresh 256 MiB log that wraps many times: append+commit\n"
@@ -586,6 +601,20 @@ const struct cli_command cmd_bench = {
 	"  -S, --steps N      decode steps of a serving run (default 512)\n"
 	"  -p, --preload PATH libmoeft.so to measure\n"
 	"  -f, --fixture DIR  directory of the fixture's libcudart.so.13, libcuda.so.1\n"
+	"  -j, --json         print one JSON object instead of a table\n"
+	"\n"
+	"restore:\n"
+	"Forge, in a temporary directory under /dev/shm, a log and KV store as a\n"
+	"crash leaves them (4 KV pools, every chunk written by one of 16 committed\n"
+	"decode windows, newer copies of an uncommitted one), then time the restore\n"
+	"'moeft restore --wal W --out D' does, in-process, against memcpy of the\n"
+	"same bytes, and its parts: state_load (reading and checking the log) and\n"
+	"the KV pool images.  Each figure is the best of 5; the images are then\n"
+	"checked against what was forged.  The directory is removed afterwards.\n"
+	"\n"
+	"  -m, --pool-mib N   KV pool bytes in all, in MiB, 1 to 65536 (default 256)\n"
+	"  -k, --chunk-kib K  chunk size in KiB, a power of two, 4 to 1048576\n"
+	"                     (default 64, the preload's)\n"
 	"  -j, --json         print one JSON object instead of a table\n"
 	"\n"
 	"Exit status: 0 done, 2 usage or I/O error, or a missing piece.\n",

@@ -34,12 +34,11 @@
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "bench_launch.h"
+#include "bench.h"
 #include "json.h"
 
 #define ROUNDS 5		/* launch_bench runs per side */
@@ -65,14 +64,6 @@ struct figures {
 	double eager_s[2], graph_s[2];
 	double cg_instr[2];		/* per launch; NAN when not measured */
 };
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ---- finding the pieces ------------------------------------------------ */
 
@@ -238,7 +229,7 @@ static int run(struct ctx *c, char *const argv[], int preload, char *out, size_t
 	}
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, out ? fd[1] : fd[0], STDOUT_FILENO);
-	t = now();
+	t = bench_now();
 	err = posix_spawn(&pid, argv[0], &fa, NULL, argv, c->env[preload]);
 	posix_spawn_file_actions_destroy(&fa);
 	if (out)
@@ -264,7 +255,7 @@ static int run(struct ctx *c, char *const argv[], int preload, char *out, size_t
 			status = -1;
 			break;
 		}
-	*wall = now() - t;
+	*wall = bench_now() - t;
 	if (preload)
 		remove_log(c);
 	if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -284,12 +275,6 @@ static int run(struct ctx *c, char *const argv[], int preload, char *out, size_t
 
 /* ---- measurements -------------------------------------------------------- */
 
-static void keep_min(double *best, double v)
-{
-	if (*best == 0 || v < *best)
-		*best = v;
-}
-
 static int launch_rounds(struct ctx *c, struct figures *f)
 {
 	char n[32], out[512];
@@ -308,8 +293,8 @@ static int launch_rounds(struct ctx *c, struct figures *f)
 					 c->bench, out);
 				return -1;
 			}
-			keep_min(&f->norule_ns[pre], strtod(a + 11, NULL));
-			keep_min(&f->rule_ns[pre], strtod(b + 9, NULL));
+			bench_keep_min(&f->norule_ns[pre], strtod(a + 11, NULL));
+			bench_keep_min(&f->rule_ns[pre], strtod(b + 9, NULL));
 		}
 	return 0;
 }
@@ -327,10 +312,10 @@ static int serve_rounds(struct ctx *c, struct figures *f)
 
 			if (run(c, eager, pre, NULL, 0, &wall) < 0)
 				return -1;
-			keep_min(&f->eager_s[pre], wall);
+			bench_keep_min(&f->eager_s[pre], wall);
 			if (run(c, graph, pre, NULL, 0, &wall) < 0)
 				return -1;
-			keep_min(&f->graph_s[pre], wall);
+			bench_keep_min(&f->graph_s[pre], wall);
 		}
 	return 0;
 }

@@ -28,6 +28,7 @@
 #include "format.h"
 #include "launch.h"
 #include "record.h"
+#include "restore.h"
 #include "state.h"
 
 #define MANIFEST "manifest.json"
@@ -57,6 +58,8 @@ struct restore {
 	unsigned lost_named;
 	char problem[MAX_PROBLEMS][192];/* why the exit status is 1 */
 	unsigned nproblem;
+	int quiet;                      /* no summary (restore_offline) */
+	double load_s, images_s;        /* what the parts took (restore.h) */
 };
 
 static void problem(struct restore *rs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -608,7 +611,7 @@ static int blank(const char *path)
 static int run(struct restore *rs)
 {
 	char msg[512];
-	double t0 = now();
+	double t0 = now(), t;
 	int ret;
 
 	if ((ret = state_load(&rs->s, rs->wal, msg, sizeof msg)) < 0) {
@@ -616,6 +619,7 @@ static int run(struct restore *rs)
 			return RESTORE_NOTHING;
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s", msg);
 	}
+	rs->load_s = now() - t0;
 	if (!rs->s.history_complete)
 		fprintf(stderr, "moeft restore: note: the history of epoch %" PRIu32 " is "
 			"incomplete (its start was reclaimed, or a window is damaged): allocations "
@@ -629,9 +633,11 @@ static int run(struct restore *rs)
 		return ret;
 	if (!(rs->img = calloc(rs->s.npools ? rs->s.npools : 1, sizeof *rs->img)))
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "out of memory");
+	t = now();
 	for (unsigned i = 0; i < rs->s.npools; i++)
 		if ((ret = write_image(rs, &rs->s.pool[i], &rs->img[i])))
 			return ret;
+	rs->images_s = now() - t;
 	if (rs->lost_named > LOST_LINES)
 		fprintf(stderr, "moeft restore: and %u more lost chunks (manifest.json lists them)\n",
 			rs->lost_named - LOST_LINES);
@@ -646,7 +652,8 @@ static int run(struct restore *rs)
 	if (fsync(rs->dir) < 0)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: fsync: %s", rs->out,
 				strerror(errno));
-	summary(rs, now() - t0);
+	if (!rs->quiet)
+		summary(rs, now() - t0);
 	return rs->nproblem ? EXIT_BAD : EXIT_OK;
 }
 
@@ -705,6 +712,30 @@ static int bring_back(struct restore *rs, const char *preload, int fresh /* 1: a
 	launch_exec(rs->cmdv, preload, wal, fresh ? NULL : plan, manifest);
 	return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "cannot start %s: %s", rs->cmdv[0],
 			strerror(errno));
+}
+
+static void restore_free(struct restore *rs)
+{
+	for (unsigned i = 0; rs->img && i < rs->s.npools; i++)
+		free(rs->img[i].lost);
+	free(rs->img);
+	if (rs->dir >= 0)
+		close(rs->dir);
+	state_free(&rs->s);
+}
+
+int restore_offline(const char *wal, const char *out, struct restore_stats *st)
+{
+	struct restore rs = { .cmd = &cmd_restore, .wal = wal, .out = out, .dir = -1,
+			      .quiet = 1 };
+	double t0 = now();
+	int ret = run(&rs);
+
+	*st = (struct restore_stats){ .bytes = rs.bytes, .chunks = rs.chunks, .lost = rs.lost,
+				      .load_s = rs.load_s, .images_s = rs.images_s,
+				      .total_s = now() - t0 };
+	restore_free(&rs);
+	return ret;
 }
 
 static int restore(const struct cli_command *cmd, int argc, char **argv)
@@ -776,12 +807,7 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 	}
 
 	ret = rs.cmdv ? bring_back(&rs, lib, fresh) : run(&rs);
-	for (unsigned i = 0; rs.img && i < rs.s.npools; i++)
-		free(rs.img[i].lost);
-	free(rs.img);
-	if (rs.dir >= 0)
-		close(rs.dir);
-	state_free(&rs.s);
+	restore_free(&rs);
 	return ret;
 }
 

@@ -86,10 +86,11 @@ while [ $i -lt "$kills" ]; do
 			lost=$((before - resumed))
 			# A window, plus the steps decoded while its commit was in
 			# flight, plus a window per boundary skipped while the last
-			# snapshot was still being copied out (steps here are far
-			# shorter than the consumer's poll); the distribution is
-			# printed below.
-			[ $lost -le $((3 * window)) ] || fail "$mode: $lost steps lost"
+			# snapshot was still being copied out: steps here are far
+			# shorter than the consumer's poll, and on a loaded machine
+			# the consumer thread may not run for a while.  Printed
+			# below; the bound only catches windows that never commit.
+			[ $lost -le $((8 * window)) ] || fail "$mode: $lost steps lost"
 			rpo[$lost]=$((${rpo[$lost]:-0} + 1))
 			total=$((total + 1))
 		fi

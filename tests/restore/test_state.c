@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "forge.h"
 #include "kvstore.h"
 #include "record.h"
 #include "state.h"
@@ -20,125 +21,39 @@
 #define CHUNK 4096u
 #define FP UINT64_C(0xf00d)
 
-/* ---- forging ------------------------------------------------------------ */
-
-struct forge {
-	char path[256];
-	struct wal *w;
-	struct kvs *kv;
-};
+/* ---- forging (tools/forge.h) --------------------------------------------- */
 
 static void kv_path(char *buf, size_t len, const char *path)
 {
 	snprintf(buf, len, "%s.kv", path);
 }
 
-/* Open (a new or the same) log and its store, as a new writer epoch. */
-static void forge_open(struct forge *f)
-{
-	struct wal_options opt;
-	struct wal_error err = { 0 };
-	struct wal_stats st;
-	char kp[300];
-
-	wal_options_init(&opt);
-	opt.size = 1 << 20;
-	opt.flags = WAL_OPEN_CREATE;
-	CU_ASSERT_EQUAL_FATAL(wal_open(f->path, &opt, &f->w, &err), 0);
-	wal_stats(f->w, &st);
-	kv_path(kp, sizeof kp, f->path);
-	CU_ASSERT_EQUAL_FATAL(kvs_open(kp, st.log_id, -1, st.open_window, &f->kv, &err), 0);
-}
-
-static void forge_close(struct forge *f)
-{
-	kvs_close(f->kv);
-	wal_close(f->w);
-	f->kv = NULL;
-	f->w = NULL;
-}
-
+/* A new log of 1 MiB and its store, pools of CHUNK-byte chunks. */
 static void forge_new(struct forge *f, const char *tag)
 {
+	memset(f, 0, sizeof *f);
 	test_path(f->path, sizeof f->path, tag);
-	forge_open(f);
+	f->log_size = 1 << 20;
+	f->fingerprint = FP;
+	f->chunk_bytes = CHUNK;
+	CU_ASSERT_EQUAL_FATAL(forge_open(f), 0);
 }
 
-static uint64_t open_window(const struct forge *f)
+/* Close what was forged; a forging call that failed ends the test. */
+static void forge_done(struct forge *f)
 {
-	struct wal_stats st;
-
-	wal_stats(f->w, &st);
-	return st.open_window;
-}
-
-/* Commit what was appended: a decode window when steps > 0.  Its id. */
-static uint64_t commit(struct forge *f, uint64_t first_step, uint32_t steps, uint32_t flags)
-{
-	struct rec_window_steps ws = { .first_step = first_step, .steps = steps, .flags = flags };
-	uint8_t extra[WINDOW_STEPS_SIZE];
-	struct wal_commit_info ci;
-
-	rec_window_steps_encode(extra, &ws);
-	CU_ASSERT_EQUAL_FATAL(wal_commit(f->w, extra, sizeof extra, &ci), 0);
-	return ci.window;
-}
-
-/* An ALLOC record in a window of its own, as the preload logs it. */
-static uint64_t alloc(struct forge *f, uint64_t id, uint64_t size, uint32_t ordinal, int role)
-{
-	struct rec_alloc a = { .alloc_id = id, .base = 0x1000 * id, .size = size,
-			       .fingerprint = FP, .ordinal = ordinal, .api = ALLOC_API_CUDA_MALLOC,
-			       .role = (uint16_t)role };
-	uint8_t p[ALLOC_PAYLOAD_SIZE];
-
-	rec_alloc_encode(p, &a);
-	CU_ASSERT_FATAL(wal_append(f->w, WAL_REC_ALLOC, p, sizeof p) > 0);
-	return commit(f, 0, 0, 0);
-}
-
-static void free_alloc(struct forge *f, uint64_t id)
-{
-	struct rec_free fr = { .alloc_id = id, .base = 0x1000 * id };
-	uint8_t p[FREE_PAYLOAD_SIZE];
-
-	rec_free_encode(p, &fr);
-	CU_ASSERT_FATAL(wal_append(f->w, WAL_REC_FREE, p, sizeof p) > 0);
-	commit(f, 0, 0, 0);
-}
-
-/* The KV store's pool of allocation (size, ordinal). */
-static uint32_t pool(struct forge *f, uint64_t size, uint32_t ordinal)
-{
-	struct kvs_pool_desc d = { .fingerprint = FP, .size = size, .chunk_bytes = CHUNK,
-				   .ordinal = ordinal };
-	uint32_t no;
-
-	CU_ASSERT_EQUAL_FATAL(kvs_pool(f->kv, &d, &no), 0);
-	return no;
-}
-
-static void kvref(struct forge *f, uint32_t no, uint64_t chunk, uint32_t len, uint64_t off,
-		  uint32_t crc)
-{
-	struct rec_kvref k = { .pool = no, .bytes = len, .block = chunk, .store_off = off,
-			       .crc = crc };
-	uint8_t p[KVREF_PAYLOAD_SIZE];
-
-	rec_kvref_encode(p, &k);
-	CU_ASSERT_FATAL(wal_append(f->w, WAL_REC_KVREF, p, sizeof p) > 0);
+	if (forge_close(f))
+		fprintf(stderr, "\nforge: %s\n", f->msg);
+	CU_ASSERT_EQUAL_FATAL(f->status, 0);
 }
 
 /* Chunk `chunk` filled with `byte`, into the store and the open window. */
 static void put(struct forge *f, uint32_t no, uint64_t chunk, uint8_t byte)
 {
 	static uint8_t data[CHUNK];
-	uint64_t off;
-	uint32_t crc;
 
 	memset(data, byte, sizeof data);
-	CU_ASSERT_EQUAL_FATAL(kvs_put(f->kv, no, chunk, data, CHUNK, open_window(f), &off, &crc), 0);
-	kvref(f, no, chunk, CHUNK, off, crc);
+	forge_put(f, no, chunk, data, CHUNK);
 }
 
 /* One ROUTING record: `tokens` rows of 2 experts each, ids e and e + 1. */
@@ -185,8 +100,8 @@ static void test_no_decode_window(void)
 	char msg[512];
 
 	forge_new(&f, "nodecode");
-	alloc(&f, 1, 3 * CHUNK, 0, ALLOC_ROLE_OTHER);
-	forge_close(&f);
+	forge_alloc(&f, 1, 3 * CHUNK, 0, ALLOC_ROLE_OTHER);
+	forge_done(&f);
 	CU_ASSERT_EQUAL(state_load(&s, f.path, msg, sizeof msg), STATE_NOTHING);
 	CU_ASSERT(strstr(msg, "no committed decode window") != NULL);
 	CU_ASSERT(strstr(msg, f.path) != NULL);
@@ -207,18 +122,18 @@ static void test_table_and_chunks(void)
 	int byte;
 
 	forge_new(&f, "table");
-	alloc(&f, 1, 3 * CHUNK, 0, ALLOC_ROLE_OTHER);
-	alloc(&f, 2, 100, 0, ALLOC_ROLE_OTHER);
-	alloc(&f, 3, 200, 0, ALLOC_ROLE_WEIGHTS);
-	no = pool(&f, 3 * CHUNK, 0);
-	kvw = alloc(&f, 1, 3 * CHUNK, 0, ALLOC_ROLE_KV_POOL);
-	free_alloc(&f, 2);
+	forge_alloc(&f, 1, 3 * CHUNK, 0, ALLOC_ROLE_OTHER);
+	forge_alloc(&f, 2, 100, 0, ALLOC_ROLE_OTHER);
+	forge_alloc(&f, 3, 200, 0, ALLOC_ROLE_WEIGHTS);
+	no = forge_pool(&f, 3 * CHUNK, 0);
+	kvw = forge_alloc(&f, 1, 3 * CHUNK, 0, ALLOC_ROLE_KV_POOL);
+	forge_free(&f, 2);
 	put(&f, no, 0, 0xa0);
 	put(&f, no, 1, 0xa1);
 	routing(&f, 0, 0, 3, 4);
-	c = commit(&f, 0, 4, 0);
-	alloc(&f, 4, 300, 0, ALLOC_ROLE_OTHER); /* after C: not in the table */
-	forge_close(&f);
+	c = forge_commit(&f, 0, 4, 0);
+	forge_alloc(&f, 4, 300, 0, ALLOC_ROLE_OTHER); /* after C: not in the table */
+	forge_done(&f);
 
 	CU_ASSERT_EQUAL_FATAL(load(&s, &f, msg, sizeof msg), 0);
 	CU_ASSERT_EQUAL(s.c->id, c);
@@ -264,29 +179,29 @@ static void test_second_process(void)
 	int byte;
 
 	forge_new(&f, "epochs");
-	alloc(&f, 1, 2 * CHUNK, 0, ALLOC_ROLE_OTHER);
-	alloc(&f, 2, 1 * CHUNK, 0, ALLOC_ROLE_OTHER);
-	no = pool(&f, 2 * CHUNK, 0);
-	other = pool(&f, 1 * CHUNK, 0);
-	alloc(&f, 1, 2 * CHUNK, 0, ALLOC_ROLE_KV_POOL);
-	alloc(&f, 2, 1 * CHUNK, 0, ALLOC_ROLE_KV_POOL);
+	forge_alloc(&f, 1, 2 * CHUNK, 0, ALLOC_ROLE_OTHER);
+	forge_alloc(&f, 2, 1 * CHUNK, 0, ALLOC_ROLE_OTHER);
+	no = forge_pool(&f, 2 * CHUNK, 0);
+	other = forge_pool(&f, 1 * CHUNK, 0);
+	forge_alloc(&f, 1, 2 * CHUNK, 0, ALLOC_ROLE_KV_POOL);
+	forge_alloc(&f, 2, 1 * CHUNK, 0, ALLOC_ROLE_KV_POOL);
 	put(&f, no, 0, 0x10);
 	put(&f, no, 1, 0x11);
 	put(&f, other, 0, 0x12);
 	routing(&f, 0, 0, 2, 0);
 	routing(&f, 1, 0, 2, 0);
-	commit(&f, 0, 2, 0);
-	forge_close(&f);
+	forge_commit(&f, 0, 2, 0);
+	forge_done(&f);
 
-	forge_open(&f);
-	alloc(&f, 1, 2 * CHUNK, 0, ALLOC_ROLE_OTHER);
-	CU_ASSERT_EQUAL(pool(&f, 2 * CHUNK, 0), no);
-	kvw = alloc(&f, 1, 2 * CHUNK, 0, ALLOC_ROLE_KV_POOL);
+	CU_ASSERT_EQUAL_FATAL(forge_open(&f), 0);
+	forge_alloc(&f, 1, 2 * CHUNK, 0, ALLOC_ROLE_OTHER);
+	CU_ASSERT_EQUAL(forge_pool(&f, 2 * CHUNK, 0), no);
+	kvw = forge_alloc(&f, 1, 2 * CHUNK, 0, ALLOC_ROLE_KV_POOL);
 	put(&f, no, 0, 0x20);
 	routing(&f, 0, 0, 3, 6);
 	routing(&f, 0, 1, 3, 2);
-	commit(&f, 0, 1, 0);
-	forge_close(&f);
+	forge_commit(&f, 0, 1, 0);
+	forge_done(&f);
 
 	CU_ASSERT_EQUAL_FATAL(load(&s, &f, msg, sizeof msg), 0);
 	CU_ASSERT_EQUAL(s.c->epoch, 2);
@@ -331,23 +246,23 @@ static void test_contradictions(void)
 	int byte;
 
 	forge_new(&f, "contra");
-	no = pool(&f, 4 * CHUNK, 0);
-	alloc(&f, 1, 4 * CHUNK, 0, ALLOC_ROLE_KV_POOL);
+	no = forge_pool(&f, 4 * CHUNK, 0);
+	forge_alloc(&f, 1, 4 * CHUNK, 0, ALLOC_ROLE_KV_POOL);
 	put(&f, no, 0, 0x30);
 	put(&f, no, 1, 0x31);
-	commit(&f, 0, 1, 0);
+	forge_commit(&f, 0, 1, 0);
 	{
 		static uint8_t data[CHUNK];
 
-		CU_ASSERT_EQUAL_FATAL(kvs_put(f.kv, no, 2, data, CHUNK, open_window(&f), &off,
-					      &crc), 0);
+		CU_ASSERT_EQUAL_FATAL(kvs_put(f.kv, no, 2, data, CHUNK,
+					      forge_open_window(&f), &off, &crc), 0);
 	}
-	kvref(&f, no, 2, CHUNK, off, crc ^ 1);  /* the wrong CRC */
-	kvref(&f, no, 1, CHUNK, 0, 0);          /* a copy of this window: never put */
-	kvref(&f, no, 3, CHUNK, 0, 0);          /* the same, and no copy at all */
-	kvref(&f, no + 7, 0, CHUNK, 0, 0);      /* a pool the store lacks */
-	commit(&f, 1, 1, 0);
-	forge_close(&f);
+	forge_kvref(&f, no, 2, CHUNK, off, crc ^ 1);   /* the wrong CRC */
+	forge_kvref(&f, no, 1, CHUNK, 0, 0);           /* a copy of this window: never put */
+	forge_kvref(&f, no, 3, CHUNK, 0, 0);           /* the same, and no copy at all */
+	forge_kvref(&f, no + 7, 0, CHUNK, 0, 0);       /* a pool the store lacks */
+	forge_commit(&f, 1, 1, 0);
+	forge_done(&f);
 
 	CU_ASSERT_EQUAL_FATAL(load(&s, &f, msg, sizeof msg), 0);
 	CU_ASSERT_EQUAL(s.bad, 1);
@@ -372,7 +287,7 @@ static void test_reclaimed_start(void)
 {
 	struct forge f;
 	struct state s;
-	char msg[512], why[160], kp[300];
+	char msg[512], why[160], kp[sizeof f.path + 3];
 	uint64_t off;
 	uint32_t no, crc;
 	uint8_t b;
@@ -380,22 +295,22 @@ static void test_reclaimed_start(void)
 	int byte;
 
 	forge_new(&f, "reclaimed");
-	no = pool(&f, 2 * CHUNK, 0);
-	alloc(&f, 1, 2 * CHUNK, 0, ALLOC_ROLE_KV_POOL);
+	no = forge_pool(&f, 2 * CHUNK, 0);
+	forge_alloc(&f, 1, 2 * CHUNK, 0, ALLOC_ROLE_KV_POOL);
 	put(&f, no, 0, 0x40);
-	commit(&f, 0, 1, 0);
+	forge_commit(&f, 0, 1, 0);
 	CU_ASSERT_EQUAL_FATAL(wal_checkpoint(f.w), 0);
-	alloc(&f, 2, 100, 0, ALLOC_ROLE_OTHER);
+	forge_alloc(&f, 2, 100, 0, ALLOC_ROLE_OTHER);
 	{
 		static uint8_t data[CHUNK];
 
 		memset(data, 0x41, sizeof data);
-		CU_ASSERT_EQUAL_FATAL(kvs_put(f.kv, no, 1, data, CHUNK, open_window(&f), &off,
-					      &crc), 0);
-		kvref(&f, no, 1, CHUNK, off, crc);
+		CU_ASSERT_EQUAL_FATAL(kvs_put(f.kv, no, 1, data, CHUNK,
+					      forge_open_window(&f), &off, &crc), 0);
+		forge_kvref(&f, no, 1, CHUNK, off, crc);
 	}
-	commit(&f, 1, 1, WINDOW_ROUTING_GAP);
-	forge_close(&f);
+	forge_commit(&f, 1, 1, WINDOW_ROUTING_GAP);
+	forge_done(&f);
 
 	CU_ASSERT_EQUAL_FATAL(load(&s, &f, msg, sizeof msg), 0);
 	CU_ASSERT_EQUAL(s.history_complete, 0);
@@ -437,14 +352,14 @@ static void test_routing_records(void)
 
 	forge_new(&f, "routing");
 	routing(&f, 0, 0, 1, 1);
-	commit(&f, 0, 0, 0);                 /* not a decode window */
+	forge_commit(&f, 0, 0, 0);           /* not a decode window */
 	routing(&f, 0, 0, 2, 3);
 	CU_ASSERT_FATAL(wal_append(f.w, WAL_REC_ROUTING, junk, sizeof junk) > 0);
-	commit(&f, 0, 1, 0);
+	forge_commit(&f, 0, 1, 0);
 	routing(&f, 1, 0, 1, 5);
-	commit(&f, 1, 1, 0);
+	forge_commit(&f, 1, 1, 0);
 	routing(&f, 2, 0, 1, 5);             /* never committed */
-	forge_close(&f);
+	forge_done(&f);
 
 	CU_ASSERT_EQUAL_FATAL(load(&s, &f, msg, sizeof msg), 0);
 	CU_ASSERT_EQUAL(s.nwin, 2);
@@ -464,16 +379,16 @@ static void test_store_presence(void)
 {
 	struct forge f, g;
 	struct state s;
-	char msg[512], kp[300], kq[300];
+	char msg[512], kp[sizeof f.path + 3], kq[sizeof g.path + 3];
 
 	forge_new(&f, "nostore");
-	pool(&f, CHUNK, 0);
-	alloc(&f, 1, CHUNK, 0, ALLOC_ROLE_KV_POOL);
+	forge_pool(&f, CHUNK, 0);
+	forge_alloc(&f, 1, CHUNK, 0, ALLOC_ROLE_KV_POOL);
 	put(&f, 0, 0, 0x50);
-	commit(&f, 0, 1, 0);
-	forge_close(&f);
+	forge_commit(&f, 0, 1, 0);
+	forge_done(&f);
 	forge_new(&g, "otherstore");
-	forge_close(&g);
+	forge_done(&g);
 
 	kv_path(kp, sizeof kp, f.path);
 	kv_path(kq, sizeof kq, g.path);
