@@ -54,6 +54,7 @@ enum once {
 	ONCE_CAPTURE,
 	ONCE_POOL,
 	ONCE_LANES,
+	ONCE_MARK,
 	ONCE_COUNT
 };
 
@@ -589,14 +590,30 @@ static int drain(void)
 	return -1;
 }
 
+/* While a boundary is in flight the consumer polls this much faster: the
+ * window commits sooner (the steps lost to a crash are the window plus
+ * those decoded before its commit), and the next boundary finds the
+ * staging area free. */
+#define CAP_POLL_BUSY_DIVISOR 10
+
 static void *consumer(void *arg)
 {
-	const struct timespec poll = { 0, CAP_POLL_NS };
+	const struct timespec idle = { 0, CAP_POLL_NS },
+			      busy = { 0, CAP_POLL_NS / CAP_POLL_BUSY_DIVISOR };
 
+	rt_dev_bind_thread();	/* for its event queries */
 	while (!atomic_load_explicit(&cap.stop, memory_order_acquire) && drain() == 0) {
 		if (rt.plan)
 			restore_report();
-		nanosleep(&poll, NULL);
+		if (snap_done() && drain() == 0 &&
+		    atomic_load_explicit(snap_busy(), memory_order_acquire)) {
+			snap_forget();
+			if (first_time(ONCE_MARK))
+				rt_log(WAL_LOG_WARN, "capture: a window's end was lost (capture ring "
+				       "full); the next window copies every KV chunk again");
+		}
+		nanosleep(atomic_load_explicit(snap_busy(), memory_order_relaxed) ? &busy : &idle,
+			  NULL);
 	}
 	return NULL;
 }

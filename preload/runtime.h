@@ -174,6 +174,7 @@ int rt_dev_event(void **event);       /* without timing */
 int rt_dev_record(void *event, void *stream);
 int rt_dev_wait(void *stream, void *event);
 int rt_dev_query(void *event);        /* 0: done; CUDA_ERROR_NOT_READY */
+void rt_dev_bind_thread(void);        /* make the ring's context current */
 int rt_dev_copy_to_device(uint64_t dev, const void *src, size_t len, void *stream);
 
 #endif

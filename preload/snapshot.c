@@ -86,6 +86,26 @@ atomic_int *snap_busy(void)
 	return &sn.busy;
 }
 
+int snap_done(void)
+{
+	return atomic_load_explicit(&sn.busy, memory_order_acquire) && rt_dev_query(sn.done) == 0;
+}
+
+void snap_forget(void)
+{
+	unsigned n = atomic_load_explicit(&sn.npools, memory_order_acquire), i;
+	uint64_t c;
+
+	for (i = 0; i < n; i++) {
+		struct pool *p = &sn.pools[i];
+
+		/* Any value but the chunk's hash will do: one's complement. */
+		for (c = 0; p->sums && c < nchunks(p); c++)
+			p->sums[c] = ~p->sums[c];
+	}
+	atomic_store_explicit(&sn.busy, 0, memory_order_release);
+}
+
 void snap_counts(uint64_t *enqueued, uint64_t *skipped)
 {
 	*enqueued = sn.enqueued;

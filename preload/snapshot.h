@@ -59,6 +59,18 @@ int snap_boundary(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_d
 const struct kv_stage *snap_stage(void);
 atomic_int *snap_busy(void);
 
+/*
+ * A lost snapshot mark (an append the GPU dropped because the ring was
+ * full) would leave busy set for good.  The consumer's check: once the
+ * boundary's device work has completed (snap_done), a drain must deliver
+ * the mark; when busy is still set after it, the mark is lost, and the
+ * chunks it staged never reached the KV store although their sums say
+ * they did.  snap_forget then forgets every sum (the next snapshot copies
+ * every chunk again) and clears busy.
+ */
+int snap_done(void);
+void snap_forget(void);
+
 /* Boundaries enqueued and skipped. */
 void snap_counts(uint64_t *enqueued, uint64_t *skipped);
 

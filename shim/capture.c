@@ -32,6 +32,7 @@ static const void *const images[] = {
 
 /* Written once, before the ring is published. */
 static CUfunction append_fn, snapshot_fn;
+static CUcontext ctx;	/* the context the ring and the kernels belong to */
 
 /* Set the function pointer at fn to the real id: 1, or 0 when there is
  * none (ISO C has no cast from void * to a function pointer). */
@@ -121,6 +122,7 @@ void rt_dev_host_free(void *host)
 int rt_dev_open(size_t len, void **host, uint64_t *dev, char *why, size_t whylen)
 {
 	__typeof__(&cuThreadExchangeStreamCaptureMode) exchange = NULL;
+	__typeof__(&cuCtxGetCurrent) get_ctx;
 	CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
 	const char *what = "a driver entry point";
 	int relaxed = 0;
@@ -133,6 +135,8 @@ int rt_dev_open(size_t len, void **host, uint64_t *dev, char *why, size_t whylen
 	 */
 	if (REAL(exchange, cuThreadExchangeStreamCaptureMode))
 		relaxed = exchange(&mode) == CUDA_SUCCESS;
+	if (REAL(get_ctx, cuCtxGetCurrent))
+		get_ctx(&ctx);
 	if ((r = load(&what)) == CUDA_SUCCESS) {
 		what = "allocating the ring";
 		r = rt_dev_host_alloc(len, host, dev);
@@ -233,4 +237,12 @@ int rt_dev_copy_to_device(uint64_t dev, const void *src, size_t len, void *strea
 	if (!REAL(copy, cuMemcpyHtoDAsync_v2))
 		return CUDA_ERROR_NOT_FOUND;
 	return copy(dev, src, len, (CUstream)stream);
+}
+
+void rt_dev_bind_thread(void)
+{
+	__typeof__(&cuCtxSetCurrent) set;
+
+	if (ctx && REAL(set, cuCtxSetCurrent))
+		set(ctx);
 }

@@ -59,6 +59,8 @@ struct restore {
 	char problem[MAX_PROBLEMS][192];/* why the exit status is 1 */
 	unsigned nproblem;
 	int quiet;                      /* no summary (restore_offline) */
+	/* The progress line on a terminal: bytes in all, done, last shown. */
+	uint64_t total, done, shown;
 	double load_s, images_s;        /* what the parts took (restore.h) */
 };
 
@@ -249,6 +251,22 @@ static int add_lost(struct restore *rs, struct image *im, const struct state_poo
 
 /* kv-pool-N.bin: the pool's bytes as of C, lost and unwritten chunks as
  * the file's holes (zeros). */
+/* A restore this large shows its progress on a terminal. */
+#define PROGRESS_MIN (UINT64_C(256) << 20)
+
+/* After each chunk: the progress line, redrawn at each percent. */
+static void progress(struct restore *rs, uint64_t len)
+{
+	rs->done += len;
+	if (!rs->total || rs->done - rs->shown < rs->total / 100 + 1)
+		return;
+	rs->shown = rs->done;
+	fprintf(stderr, "\rmoeft restore: %3u%% of %" PRIu64 " MiB", (unsigned)(rs->done * 100 /
+		rs->total), rs->total >> 20);
+	if (rs->done >= rs->total)
+		fputs("\r\033[K", stderr);
+}
+
 static int write_image(struct restore *rs, const struct state_pool *p, struct image *im)
 {
 	char tmp[40], why[160];
@@ -265,6 +283,7 @@ static int write_image(struct restore *rs, const struct state_pool *p, struct im
 	for (c = 0; !err && c < p->info.nchunks; c++) {
 		len = state_chunk_len(p, c);
 		kind = state_chunk(&rs->s, p, c, &data, why, sizeof why);
+		progress(rs, len);
 		if (kind == STATE_CHUNK_DATA) {
 			im->crc = crc32c(im->crc, data, len);
 			if (pwrite_all(fileno(f), data, len, c * p->info.d.chunk_bytes) < 0)
@@ -633,6 +652,10 @@ static int run(struct restore *rs)
 		return ret;
 	if (!(rs->img = calloc(rs->s.npools ? rs->s.npools : 1, sizeof *rs->img)))
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "out of memory");
+	for (unsigned i = 0; i < rs->s.npools; i++)
+		rs->total += rs->s.pool[i].info.d.size;
+	if (rs->quiet || rs->total < PROGRESS_MIN || !isatty(STDERR_FILENO))
+		rs->total = 0;
 	t = now();
 	for (unsigned i = 0; i < rs->s.npools; i++)
 		if ((ret = write_image(rs, &rs->s.pool[i], &rs->img[i])))

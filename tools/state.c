@@ -201,7 +201,8 @@ static int replay(struct state *s, struct scan *sc)
 	size_t i;
 	int live = 0;
 
-	qsort(sc->ev, sc->nev, sizeof *sc->ev, by_id);
+	if (sc->nev)	/* qsort's array may not be NULL, even when empty */
+		qsort(sc->ev, sc->nev, sizeof *sc->ev, by_id);
 	if (!(s->alloc = calloc(sc->nev ? sc->nev : 1, sizeof *s->alloc)))
 		return -1;
 	for (i = 0; i < sc->nev; i++) {
@@ -246,7 +247,8 @@ static size_t newest_refs(struct scan *sc)
 {
 	size_t i, n = 0;
 
-	qsort(sc->kr, sc->nkr, sizeof *sc->kr, by_chunk);
+	if (sc->nkr)
+		qsort(sc->kr, sc->nkr, sizeof *sc->kr, by_chunk);
 	for (i = 0; i < sc->nkr; i++) {
 		if (i + 1 < sc->nkr && sc->kr[i + 1].pool == sc->kr[i].pool &&
 		    sc->kr[i + 1].ref.chunk == sc->kr[i].ref.chunk)

@@ -7,12 +7,13 @@
 # steps after the last committed window at each kill.
 #
 # Usage: kill.sh MOEFT LIBMOEFT SERVE
-# MOEFT_RESTORE_KILLS (default 50) kills in all; the RPO distribution
+# MOEFT_RESTORE_KILLS (default 50; tests/run gives the sanitizer build 10)
+# kills in all; the RPO distribution
 # (steps recomputed after each kill) is printed at the end.
 set -u
 
 moeft=$1 lib=$2 serve=$3
-kills=${MOEFT_RESTORE_KILLS:-50}
+kills=${MOEFT_RESTORE_KILLS:-${RESTORE_KILLS_DEFAULT:-50}}
 unset MOEFT_RESTORE_KILLS	# the preload would warn about it
 window=16 steps=160
 dir=$(mktemp -d)
