@@ -10,8 +10,9 @@
  * are assembled from the capture ring and committed by the consumer
  * thread (see "capture" below, window.h, snapshot.h).
  * Restore needs the ALLOC records of every live allocation, but a full log
- * reclaims its oldest windows: re-logging the live table before space is
- * reclaimed comes with restore.
+ * reclaims its oldest windows; re-logging the live table before space is
+ * reclaimed is not done yet (moeft restore then says the history is
+ * incomplete, and keeps every KV pool of the store).
  */
 #include <errno.h>
 #include <inttypes.h>
