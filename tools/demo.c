@@ -379,7 +379,7 @@ static int steps_of(const struct wal_window *w, uint64_t *first, uint64_t *last)
 {
 	struct rec_window_steps s;
 
-	if (rec_window_steps_decode(w->extra, w->extra_len, &s) < 0 || !s.steps)
+	if (!rec_decode_window(w, &s))
 		return -1;
 	*first = s.first_step;
 	*last = s.first_step + s.steps - 1;

@@ -49,12 +49,6 @@ static const struct wal_window *window_of(const struct report *rp, size_t *wi,
 	return *wi < rp->nwin && rp->win[*wi].id == rec->window ? &rp->win[*wi] : NULL;
 }
 
-/* Whether `w` is a decode window (its extra bytes give steps), with *s. */
-static int decode_window(const struct wal_window *w, struct rec_window_steps *s)
-{
-	return rec_window_steps_decode(w->extra, w->extra_len, s) == 0 && s->steps;
-}
-
 static void describe_window(const struct wal_window *w, char *buf, size_t len)
 {
 	struct rec_window_steps s;
@@ -65,7 +59,7 @@ static void describe_window(const struct wal_window *w, char *buf, size_t len)
 		     cli_fmt_bytes(b, sizeof b, w->bytes), cli_fmt_time(t, sizeof t, w->commit_ns));
 	if (n < 0 || (size_t)n >= len || !w->extra_len)
 		return;
-	if (decode_window(w, &s))
+	if (rec_decode_window(w, &s))
 		snprintf(buf + n, len - (size_t)n, "; steps %" PRIu64 "-%" PRIu64 " (%" PRIu32
 			 " tokens)", s.first_step, s.first_step + s.steps - 1, s.tokens);
 	else
@@ -180,7 +174,7 @@ static int scan(const struct report *rp, struct scan *s)
 	wal_iter_init(&it, rp->r);
 	while (wal_iter_next(&it, &rec)) {
 		const struct wal_window *w = window_of(rp, &wi, &rec);
-		int decode = w && decode_window(w, &st);
+		int decode = w && rec_decode_window(w, &st);
 
 		if (describe(&rec, w, buf, sizeof buf) < 0)
 			s->undecodable++;

@@ -65,15 +65,6 @@ static void *grow(void *p, size_t *cap, size_t n, size_t size)
 	return p;
 }
 
-/* The steps of a decode window: 1, or 0 when w is damaged, holds no
- * steps, or holds steps that cannot be numbered. */
-static int decode_steps(const struct wal_window *w, struct rec_window_steps *ws)
-{
-	return w->state == WAL_WINDOW_INTACT &&
-	       rec_window_steps_decode(w->extra, w->extra_len, ws) == 0 && ws->steps &&
-	       ws->first_step <= UINT64_MAX - ws->steps;
-}
-
 /* The windows whose routing is restored: the intact decode windows of C's
  * epoch up to C. */
 static int routing_windows(struct state *s, const struct wal_window *win, size_t nwin)
@@ -84,7 +75,7 @@ static int routing_windows(struct state *s, const struct wal_window *win, size_t
 	if (!(s->win = calloc(nwin, sizeof *s->win)))
 		return -1;
 	for (i = 0; i < nwin && win[i].id <= s->c->id; i++)
-		if (win[i].epoch == s->c->epoch && decode_steps(&win[i], &ws))
+		if (win[i].epoch == s->c->epoch && rec_decode_window(&win[i], &ws))
 			s->win[s->nwin++] = (struct state_window){ .id = win[i].id, .s = ws };
 	return 0;
 }
@@ -355,7 +346,7 @@ int state_load(struct state *s, const char *wal_path, char *msg, size_t msglen)
 		return fail(msg, msglen, "%s", err.msg);
 	s->rec = wal_reader_recovery(s->r);
 	win = wal_reader_windows(s->r, &nwin);
-	for (i = nwin; i > 0 && !decode_steps(&win[i - 1], &s->cs); i--)
+	for (i = nwin; i > 0 && !rec_decode_window(&win[i - 1], &s->cs); i--)
 		;
 	if (!i) {
 		fail(msg, msglen, "%s: no committed decode window (%zu committed window%s, none "

@@ -3,6 +3,7 @@
  */
 #include "format.h"
 #include "record.h"
+#include "wal.h"
 
 void rec_epoch_encode(uint8_t out[EPOCH_PAYLOAD_SIZE], const struct rec_epoch *e)
 {
@@ -172,6 +173,13 @@ void rec_window_steps_encode(uint8_t out[WINDOW_STEPS_SIZE], const struct rec_wi
 	put32(out + 12, s->tokens);
 	put32(out + 16, s->flags);
 	put32(out + 20, s->kv_chunks);
+}
+
+int rec_decode_window(const struct wal_window *w, struct rec_window_steps *s)
+{
+	return w->state == WAL_WINDOW_INTACT &&
+	       rec_window_steps_decode(w->extra, w->extra_len, s) == 0 && s->steps &&
+	       s->first_step <= UINT64_MAX - s->steps;
 }
 
 int rec_window_steps_decode(const uint8_t *p, size_t len, struct rec_window_steps *s)

@@ -143,4 +143,10 @@ int rec_crash_decode(const uint8_t *p, size_t len, struct rec_crash *c);
 void rec_window_steps_encode(uint8_t out[WINDOW_STEPS_SIZE], const struct rec_window_steps *s);
 int rec_window_steps_decode(const uint8_t *p, size_t len, struct rec_window_steps *s);
 
+/* Whether w is a decode window: intact, its extra bytes are a window's
+ * steps, at least one, numbered without overflow.  1 with *s filled, or 0
+ * (a window of allocation events, a crash handler's, a damaged one). */
+struct wal_window;
+int rec_decode_window(const struct wal_window *w, struct rec_window_steps *s);
+
 #endif
