@@ -39,8 +39,8 @@
 #define SHOWN_MAX 80           /* bytes of a bad value echoed in a message */
 
 const char *const config_vars[] = {
-	"MOEFT_WAL", "MOEFT_WAL_SIZE", "MOEFT_NUMA_NODE", "MOEFT_WINDOW", "MOEFT_PROFILE",
-	"MOEFT_KV", "MOEFT_LOG", "MOEFT_DISABLE", "MOEFT_STRICT",
+	"MOEFT_WAL", "MOEFT_WAL_SIZE", "MOEFT_NUMA_NODE", "MOEFT_WINDOW", "MOEFT_COMMIT",
+	"MOEFT_PROFILE", "MOEFT_KV", "MOEFT_LOG", "MOEFT_DISABLE", "MOEFT_STRICT",
 	/* Set by `moeft restore` for the process it starts: the plan the
 	 * preload follows, and the manifest for the application's own
 	 * recovery hook (the preload never reads it). */
@@ -249,6 +249,15 @@ static int load_window(struct moeft_config *c, const char *v, char *err, size_t 
 	return 0;
 }
 
+static int load_commit(struct moeft_config *c, const char *v, char *err, size_t errlen)
+{
+	if (strcmp(v, "wait") == 0 || strcmp(v, "async") == 0) {
+		c->commit_async = v[0] == 'a';
+		return 0;
+	}
+	return bad(err, errlen, "MOEFT_COMMIT", v, "must be wait or async");
+}
+
 /* Parsing the profile now, not when the first kernel is named, puts a
  * file's syntax errors (with their line numbers) into the startup line. */
 static int load_restore(struct moeft_config *c, const char *v, char *err, size_t errlen)
@@ -443,6 +452,8 @@ int config_load(struct moeft_config *c, const char *(*get)(const char *name),
 		return -1;
 	if ((v = lookup(get, "MOEFT_WINDOW")) && load_window(c, v, err, errlen) < 0)
 		return -1;
+	if ((v = lookup(get, "MOEFT_COMMIT")) && load_commit(c, v, err, errlen) < 0)
+		return -1;
 	if ((v = lookup(get, "MOEFT_PROFILE")) && load_profile(c, v, err, errlen) < 0)
 		return -1;
 	if ((v = lookup(get, "MOEFT_KV")) && load_kv(c, v, err, errlen) < 0)
@@ -536,8 +547,10 @@ void config_describe(const struct moeft_config *c, char *out, size_t len)
 	else
 		snprintf(numa, sizeof numa, "%d", c->numa_node);
 	snprintf(out, len,
-		 "wal=%s size=%s numa=%s window=%u profile=%s kv=%s log=%s strict=%s disable=%s",
+		 "wal=%s size=%s numa=%s window=%u commit=%s profile=%s kv=%s log=%s strict=%s "
+		 "disable=%s",
 		 c->wal_path, fmt_bytes(c->wal_size, size, sizeof size), numa, c->window,
+		 c->commit_async ? "async" : "wait",
 		 c->profile, c->kv_count ? c->kv_rules : "none",
 		 log_names[c->log_level >= 0 && c->log_level <= 3 ? c->log_level : 1],
 		 c->strict ? "on" : "off", c->disable ? "on" : "off");

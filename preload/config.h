@@ -32,6 +32,8 @@ struct moeft_config {
 	uint64_t wal_size;
 	int numa_node;                  /* -1: no binding */
 	unsigned window;                /* decode steps per committed window */
+	int commit_async;               /* MOEFT_COMMIT=async: host waits do not
+					 * wait for a window's commit */
 	char profile[PATH_MAX];         /* built-in name or file path */
 	char kv_rules[CONFIG_KV_TEXT_MAX]; /* MOEFT_KV as given ("" if unset) */
 	unsigned kv_count;

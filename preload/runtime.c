@@ -547,8 +547,11 @@ static struct {
 	pthread_once_t once;
 	atomic_int on;           /* open and not failed */
 	uint64_t dev;            /* the device's address of the ring */
-	struct ring ring;        /* the consumer thread's, then the exit's */
-	struct window_asm *wa;   /* the consumer thread's */
+	/* The ring's reader: the consumer thread, a host wait committing a
+	 * window before its results reach the application, or exit. */
+	pthread_mutex_t drain_lock;
+	struct ring ring;        /* under drain_lock */
+	struct window_asm *wa;   /* under drain_lock */
 	pthread_t thread;
 	atomic_bool stop;
 	/* The step clock and the boundaries: under win_lock, which is taken
@@ -561,7 +564,8 @@ static struct {
 	void *restored;
 	struct timespec restore_t0;
 	unsigned kv_seen[CONFIG_KV_MAX]; /* allocations of each MOEFT_KV size */
-} cap = { .once = PTHREAD_ONCE_INIT, .win_lock = PTHREAD_MUTEX_INITIALIZER };
+} cap = { .once = PTHREAD_ONCE_INIT, .win_lock = PTHREAD_MUTEX_INITIALIZER,
+	    .drain_lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void capture_off(const char *why)
 {
@@ -571,10 +575,10 @@ static void capture_off(const char *why)
 }
 
 /*
- * Deliver what is published: 0, or -1 when the ring is damaged.  Drops
- * carry no ring position: those counted before the poll go to the open
- * window, ahead of the marks the poll may deliver.  (A drop racing with
- * the poll is charged to the next window instead.)
+ * Deliver what is published, drain_lock held: 0, or -1 when the ring is
+ * damaged.  Drops carry no ring position: those counted before the poll go
+ * to the open window, ahead of the marks the poll may deliver.  (A drop
+ * racing with the poll is charged to the next window instead.)
  */
 static int drain(void)
 {
@@ -601,18 +605,23 @@ static void *consumer(void *arg)
 {
 	const struct timespec idle = { 0, CAP_POLL_NS },
 			      busy = { 0, CAP_POLL_NS / CAP_POLL_BUSY_DIVISOR };
+	int r;
 
 	rt_dev_bind_thread();	/* for its event queries */
-	while (!atomic_load_explicit(&cap.stop, memory_order_acquire) && drain() == 0) {
-		if (rt.plan)
-			restore_report();
-		if (snap_done() && drain() == 0 &&
+	while (!atomic_load_explicit(&cap.stop, memory_order_acquire)) {
+		pthread_mutex_lock(&cap.drain_lock);
+		if ((r = drain()) == 0 && snap_done() && (r = drain()) == 0 &&
 		    atomic_load_explicit(snap_busy(), memory_order_acquire)) {
 			snap_forget();
 			if (first_time(ONCE_MARK))
 				rt_log(WAL_LOG_WARN, "capture: a window's end was lost (capture ring "
 				       "full); the next window copies every KV chunk again");
 		}
+		pthread_mutex_unlock(&cap.drain_lock);
+		if (r < 0)
+			break;
+		if (rt.plan)
+			restore_report();
 		nanosleep(atomic_load_explicit(snap_busy(), memory_order_relaxed) ? &busy : &idle,
 			  NULL);
 	}
@@ -639,6 +648,7 @@ static void capture_close(void)
 		return;	/* a child of fork(): the thread is the parent's */
 	atomic_store_explicit(&cap.stop, 1, memory_order_release);
 	pthread_join(cap.thread, NULL);
+	pthread_mutex_lock(&cap.drain_lock);
 	for (i = 0; i < CAP_EXIT_WAIT_POLLS && atomic_load_explicit(&cap.on, memory_order_relaxed);
 	     i++) {
 		if (drain() < 0 || !atomic_load_explicit(snap_busy(), memory_order_acquire))
@@ -646,6 +656,7 @@ static void capture_close(void)
 		nanosleep(&poll, NULL);
 	}
 	atomic_store_explicit(&cap.on, 0, memory_order_relaxed);
+	pthread_mutex_unlock(&cap.drain_lock);
 }
 
 static void capture_open(void)
@@ -865,19 +876,16 @@ static void boundary(uint64_t step)
 
 	for (i = 0; i < n; i++)
 		lanes[i] = (void *)(uintptr_t)ids[i];
-	r = snap_boundary(step, lanes, n, cap.dev, why, sizeof why);
-	if (r < 0) {
+	r = snap_boundary(step, lanes, n, cap.dev, cap.wa, why, sizeof why);
+	if (r < 0)
 		capture_off(why);
-		return;
-	}
-	if (r > 0) {
-		wa_set_stage(cap.wa, snap_stage(), snap_busy());
+	else if (r > 0)
 		cap.last_boundary = step;
-	}
 }
 
-/* A step starts on stream, before the launch that starts it; win_lock held. */
-static void step_started(void *stream, const struct clk_tick *t)
+/* A step starts on stream, before the launch that starts it (a graph's
+ * when graph is set); win_lock held. */
+static void step_started(void *stream, const struct clk_tick *t, int graph)
 {
 	struct cap_append_args m = {
 		.ring = (struct cap_ring *)(uintptr_t)cap.dev,
@@ -887,22 +895,44 @@ static void step_started(void *stream, const struct clk_tick *t)
 
 	if (t->boundary)
 		boundary(t->step);
-	if (atomic_load_explicit(&cap.on, memory_order_relaxed))
+	if (atomic_load_explicit(&cap.on, memory_order_relaxed) && append_on(stream, &m) == 0 &&
+	    graph) {
+		m.tag = WA_TAG(WA_RULE_MARKER, 0, WA_LANE_GRAPH);
 		append_on(stream, &m);
+	}
 }
 
 /* This thread's waits for the GPU, for the clock (its address is the
  * thread's id there). */
 static _Thread_local uint64_t my_syncs __attribute__((tls_model("initial-exec")));
 
+/*
+ * A host wait returned.  When a boundary is in flight and its snapshot is
+ * done on the device, what the application waited for may be a step past
+ * the boundary: its results (tokens a server streams out) must not reach
+ * the application before the window that precedes them is committed, or
+ * a crash could lose more than a window of results.  So deliver the
+ * snapshot's mark, which commits the window, before returning; once a
+ * window, and only when MOEFT_COMMIT is not async.
+ */
 void rt_sync(void)
 {
 	my_syncs++;
+	if (rt.cfg.commit_async || !atomic_load_explicit(snap_busy(), memory_order_acquire))
+		return;
+	/* Never in a child of fork(): the ring and the log are the parent's. */
+	if (atomic_load_explicit(&rt_state, memory_order_acquire) != RT_ACTIVE)
+		return;
+	pthread_mutex_lock(&cap.drain_lock);
+	if (atomic_load_explicit(&cap.on, memory_order_acquire) && snap_done())
+		drain();
+	pthread_mutex_unlock(&cap.drain_lock);
 }
 
-/* Move the clock for a launch of kind on stream: *t says where it falls. */
-static void tick(void *stream, int kind, uint64_t key, const struct rule_hit *h,
-		 struct clk_tick *t)
+/* Move the clock for a launch of kind on stream: *t says where it falls.
+ * Returns 1 when the launch is being recorded into a graph, else 0. */
+static int tick(void *stream, int kind, uint64_t key, const struct rule_hit *h,
+		struct clk_tick *t)
 {
 	int capturing = rt_dev_capturing(stream) == 1;
 	struct clk_thread th = { (uintptr_t)&my_syncs, my_syncs };
@@ -918,9 +948,10 @@ static void tick(void *stream, int kind, uint64_t key, const struct rule_hit *h,
 	} else if (t->new_step && !capturing) {
 		if (rt.plan)
 			restore_or_wait(stream, t);
-		step_started(stream, t);
+		step_started(stream, t, kind == CLK_GRAPH);
 	}
 	pthread_mutex_unlock(&cap.win_lock);
+	return capturing;
 }
 
 /* A rule hit, before its launch: 1 when a routing capture must follow. */
@@ -930,6 +961,7 @@ static int rule_hit(int rule, const struct rule_hit *h, void *stream, struct rt_
 				     [RULE_STEP] = CLK_MARKER };
 	uint64_t key = h->kind == RULE_KV && h->npool ? h->pool[0] : h->ptr;
 	struct clk_tick t;
+	int captured;
 
 	if (!capture_ready())
 		return 0;
@@ -940,11 +972,12 @@ static int rule_hit(int rule, const struct rule_hit *h, void *stream, struct rt_
 		atomic_fetch_add_explicit(&rt.n.cap_gaps, 1, memory_order_relaxed);
 		return 0;
 	}
-	tick(stream, kinds[h->kind], key, h, &t);
+	captured = tick(stream, kinds[h->kind], key, h, &t);
 	if (h->kind != RULE_ROUTING || t.layer == UINT32_MAX)
 		return 0;
 	after->rule = rule;
 	after->layer = t.layer;
+	after->lane = captured ? WA_LANE_GRAPH : wa_lane((uintptr_t)stream);
 	after->stream = stream;
 	after->hit = *h;
 	return 1;
@@ -958,7 +991,7 @@ void rt_launch_after(const struct rt_after *x)
 		.src = (const void *)(uintptr_t)h->ptr,
 		.tag = WA_TAG((unsigned)x->rule,
 			      h->experts > 0 && h->experts <= 0xffff ? (unsigned)h->experts : 0,
-			      wa_lane((uintptr_t)x->stream)),
+			      x->lane),
 		.step = x->layer,
 		.rows = (uint32_t)h->rows, .k = (uint32_t)h->k, .stride = (uint32_t)h->stride,
 		.dtype = (uint32_t)h->dtype,

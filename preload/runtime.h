@@ -110,6 +110,7 @@ struct rt_launch {
 struct rt_after {
 	int rule;
 	uint32_t layer;
+	uint32_t lane;          /* of the capture's entry (window.h) */
 	void *stream;
 	struct rule_hit hit;
 };

@@ -34,6 +34,7 @@ static struct {
 	uint64_t stage_dev;
 	size_t stage_len;
 	atomic_int busy;
+	atomic_int armed;           /* done is recorded for the busy boundary */
 	atomic_uint npools;         /* pools[] below it are published */
 	struct pool pools[KVS_MAX_POOLS];
 	uint64_t enqueued, skipped;
@@ -76,11 +77,6 @@ int snap_has_pool(uint64_t alloc_id)
 	return 0;
 }
 
-const struct kv_stage *snap_stage(void)
-{
-	return sn.stage;
-}
-
 atomic_int *snap_busy(void)
 {
 	return &sn.busy;
@@ -88,7 +84,10 @@ atomic_int *snap_busy(void)
 
 int snap_done(void)
 {
-	return atomic_load_explicit(&sn.busy, memory_order_acquire) && rt_dev_query(sn.done) == 0;
+	/* busy first: armed is cleared before busy is set. */
+	return atomic_load_explicit(&sn.busy, memory_order_acquire) &&
+	       atomic_load_explicit(&sn.armed, memory_order_acquire) &&
+	       rt_dev_query(sn.done) == 0;
 }
 
 void snap_forget(void)
@@ -200,7 +199,7 @@ static int prepare_pool(struct pool *p, char *why, size_t whylen)
 }
 
 int snap_boundary(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_dev,
-		  char *why, size_t whylen)
+		  struct window_asm *wa, char *why, size_t whylen)
 {
 	struct cap_append_args mark = { 0 };
 	unsigned i;
@@ -211,6 +210,13 @@ int snap_boundary(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_d
 	}
 	if (open_streams(why, whylen) || size_stage(why, whylen))
 		return -1;
+	/* Before the mark exists: a consumer that drained it while the
+	 * assembler held no staging area would commit the window without its
+	 * KV chunks, and one that cleared busy before it was set would leave
+	 * it set for good. */
+	wa_set_stage(wa, sn.stage, &sn.busy);
+	atomic_store_explicit(&sn.armed, 0, memory_order_release);
+	atomic_store_explicit(&sn.busy, 1, memory_order_release);
 	for (i = 0; i < n && i < CLK_MAX_LANES; i++)
 		if (check(rt_dev_record(sn.events[i], lanes[i]), "recording an event", why,
 			  whylen) ||
@@ -240,10 +246,10 @@ int snap_boundary(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_d
 	if (check(rt_dev_append(sn.side, &mark), "launching the snapshot mark", why, whylen) ||
 	    check(rt_dev_record(sn.done, sn.side), "recording an event", why, whylen))
 		return -1;
+	atomic_store_explicit(&sn.armed, 1, memory_order_release);
 	for (i = 0; i < n; i++)
 		if (check(rt_dev_wait(lanes[i], sn.done), "waiting for the snapshot", why, whylen))
 			return -1;
-	atomic_store_explicit(&sn.busy, 1, memory_order_release);
 	sn.enqueued++;
 	return 1;
 }

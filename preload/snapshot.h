@@ -17,7 +17,9 @@
  * serving streams wait only for the device-side pass (hash and copy of the
  * changed chunks into pinned staging), never for the host.  The consumer
  * thread, reaching the mark, copies the staging area into the KV store and
- * commits the window (window.h), then clears the busy flag.  A boundary
+ * commits the window (window.h), then clears the busy flag; a host wait
+ * that returns once the snapshot is done delivers the mark itself unless
+ * MOEFT_COMMIT=async (runtime.c, rt_sync).  A boundary
  * that finds the staging area still busy is skipped: the open window grows
  * by another MOEFT_WINDOW steps.
  *
@@ -47,16 +49,18 @@ int snap_has_pool(uint64_t alloc_id);
 /*
  * Enqueue the boundary before process step `step` for the streams in
  * lanes[] (stream handles), the snapshot mark going into the capture ring
- * at ring_dev.  Returns 1 when enqueued, 0 when skipped (staging busy),
- * -1 with one line in why when the device refused something: the caller
- * stops capture (what was enqueued is harmless: at worst a mark the
- * consumer never sees).
+ * at ring_dev, for the window assembler wa: it is handed the staging area
+ * and the busy flag, which is set, before anything is enqueued, so that a
+ * consumer draining the mark at once finds the chunks the mark refers to.
+ * Returns 1 when enqueued, 0 when skipped (staging busy), -1 with one line
+ * in why when the device refused something: the caller stops capture
+ * (what was enqueued is harmless: at worst a mark the consumer never sees).
  */
+struct window_asm;
 int snap_boundary(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_dev,
-		  char *why, size_t whylen);
+		  struct window_asm *wa, char *why, size_t whylen);
 
-/* The staging area the next marks refer to, and its busy flag (window.h). */
-const struct kv_stage *snap_stage(void);
+/* The busy flag: set from a boundary until its window is committed. */
 atomic_int *snap_busy(void);
 
 /*

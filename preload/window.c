@@ -177,8 +177,12 @@ static uint32_t put_chunks(struct window_asm *wa, uint64_t window, uint64_t last
 	uint64_t n, i;
 	uint32_t logged = 0;
 
-	if (!s)
+	/* A mark comes after its boundary handed the staging area over
+	 * (snapshot.h); without one, the chunks that changed are unknown. */
+	if (!s) {
+		wa->flags |= WINDOW_KV_PARTIAL;
 		return 0;
+	}
 	t = (const struct kv_stage_entry *)((const uint8_t *)s + s->table_off);
 	data = (const uint8_t *)s + s->data_off;
 	n = s->entries < s->max_entries ? s->entries : s->max_entries;

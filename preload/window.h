@@ -48,6 +48,15 @@ static inline uint32_t wa_lane(uint64_t stream)
 	return (uint32_t)(stream ^ stream >> 32);
 }
 
+/*
+ * The lane of every launch recorded into a graph.  A graph may be
+ * replayed on another stream than the one it was captured on
+ * (torch.cuda.graph captures on a side stream), and the replay's stream
+ * is all a launch names: so captured entries share this lane, and every
+ * graph launch marks it with the step as it marks its own stream.
+ */
+#define WA_LANE_GRAPH UINT32_C(0xffffffff)
+
 struct wa_sink {
 	struct wal *wal;
 	struct kvs *kvs;             /* NULL: windows carry no KV */

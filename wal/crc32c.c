@@ -62,17 +62,6 @@ static void crc32c_sw_init(void)
 				crc32c_table[0][crc32c_table[k - 1][n] & 0xff];
 }
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-#include <nmmintrin.h>
-
-/* Block lengths of the 3-way loops: long for bulk, short for the rest. */
-#define LONG_BLOCK	8192
-#define SHORT_BLOCK	256
-
-static uint32_t crc32c_long[4][256];
-static uint32_t crc32c_short[4][256];
-
 /* a * b modulo POLY, polynomials in reflected bit order (x^0 is bit 31). */
 static uint32_t multmodp(uint32_t a, uint32_t b)
 {
@@ -85,6 +74,37 @@ static uint32_t multmodp(uint32_t a, uint32_t b)
 	}
 	return p;
 }
+
+/* x^(8n) mod POLY: x^8 squared along the bits of n. */
+static uint32_t x8n(uint64_t n)
+{
+	uint32_t p = 1u << 31, sq = 1u << 23;	/* x^0, x^8 */
+
+	for (; n; n >>= 1) {
+		if (n & 1)
+			p = multmodp(sq, p);
+		sq = multmodp(sq, sq);
+	}
+	return p;
+}
+
+/* Appending B to A shifts A's register by |B| bytes of zeros; the
+ * conditioning of the two finalised CRCs cancels out. */
+uint32_t crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2)
+{
+	return multmodp(x8n(len2), crc1) ^ crc2;
+}
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <nmmintrin.h>
+
+/* Block lengths of the 3-way loops: long for bulk, short for the rest. */
+#define LONG_BLOCK	8192
+#define SHORT_BLOCK	256
+
+static uint32_t crc32c_long[4][256];
+static uint32_t crc32c_short[4][256];
 
 /*
  * Fill t so that shift(t, crc) is the raw CRC register after feeding n more

@@ -7,7 +7,8 @@
 # the log's path (window 16): the run under the preload prints what the
 # plain run prints, with no ring gap, and every committed window holds the
 # truth's routing and the KV pool's bytes at its end (check_windows).  Then
-# other windows and layouts, and fail-open runs: the capture kernels
+# graphs captured on a side stream and replayed on another, other windows
+# and layouts, and fail-open runs: the capture kernels
 # missing from the fixture, a log too small for the windows, a bad
 # variable.  Each prints what the plain run prints.
 set -eu
@@ -79,6 +80,8 @@ for mode in eager graph; do
 	run "$mode-1" 16 --mode=$mode
 	run "$mode-2" 16 --mode=$mode --threads=2 --seqs=64
 done
+# Captured on a side stream, replayed on the group's (torch.cuda.graph).
+run graph-side 16 --mode=graph --capture=side --threads=2 --seqs=64
 run eager-one-w5 5 --kv-layout=one --steps=50
 run graph-one-w1 1 --mode=graph --kv-layout=one --steps=20 --threads=2 --seqs=64
 run eager-w64 64 --steps=70 --seqs=5

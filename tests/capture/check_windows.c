@@ -28,7 +28,10 @@
  * up to that window, never-written ones as zeros, pools in ordinal order)
  * must have the CRC the truth gives after that window's last step.  A
  * KVREF whose window is still its chunk's newest copy must carry the CRC
- * of the bytes the store holds.
+ * of the bytes the store holds.  And as of every decode window, the pool
+ * its KVREFs and those before them describe (their CRCs combined, zeros
+ * where none) must have the truth's CRC: a window that left out a chunk
+ * that changed would restore stale bytes.
  *
  * Exit status 0 when everything matches, 1 on the first mismatch, 2 on bad
  * usage or unreadable input.
@@ -241,6 +244,7 @@ static void place_routing(const struct truth *t, const struct rec_routing *r,
 struct pool {
 	uint32_t no;
 	struct kvs_pool_info info;
+	uint32_t *crc, *len;	/* per chunk, as the KVREFs so far say (len 0: none) */
 };
 
 static int by_ordinal(const void *a, const void *b)
@@ -276,6 +280,10 @@ static struct pool *read_pools(const struct kvs_reader *kr, unsigned layers, uns
 			    (unsigned long long)p[0].info.d.fingerprint);
 	}
 	qsort(p, n, sizeof *p, by_ordinal);
+	for (i = 0; i < n; i++)
+		if (!(p[i].crc = calloc(p[i].info.nchunks, sizeof *p[i].crc)) ||
+		    !(p[i].len = calloc(p[i].info.nchunks, sizeof *p[i].len)))
+			die(2, "out of memory");
 	for (i = 1; i < n; i++)
 		if (p[i].info.d.ordinal == p[i - 1].info.d.ordinal)
 			die(1, "pools %u and %u share ordinal %u", p[i - 1].no, p[i].no,
@@ -284,21 +292,39 @@ static struct pool *read_pools(const struct kvs_reader *kr, unsigned layers, uns
 	return p;
 }
 
+static uint64_t chunk_bytes(const struct pool *p, uint64_t c)
+{
+	uint64_t left = p->info.d.size - c * p->info.d.chunk_bytes;
+
+	return left < p->info.d.chunk_bytes ? left : p->info.d.chunk_bytes;
+}
+
+/* The CRC of n bytes of zeros. */
+static uint32_t zeros_crc(uint64_t n)
+{
+	static const uint8_t zeros[1 << 16];
+	uint32_t crc = 0;
+	uint64_t z;
+
+	for (; n; n -= z) {
+		z = n < sizeof zeros ? n : sizeof zeros;
+		crc = crc32c(crc, zeros, z);
+	}
+	return crc;
+}
+
 /* CRC-32C of the pools' bytes as of window upto, one after the other. */
 static uint32_t pool_crc(const struct kvs_reader *kr, const struct pool *p, unsigned n,
 			 uint64_t upto)
 {
-	static const uint8_t zeros[1 << 16];
 	uint32_t crc = 0, len, ccrc;
 	const uint8_t *data;
-	uint64_t c, window, want, z;
+	uint64_t c, window, want;
 	unsigned i;
 
 	for (i = 0; i < n; i++)
 		for (c = 0; c < p[i].info.nchunks; c++) {
-			want = p[i].info.d.size - c * p[i].info.d.chunk_bytes;
-			if (want > p[i].info.d.chunk_bytes)
-				want = p[i].info.d.chunk_bytes;
+			want = chunk_bytes(&p[i], c);
 			switch (kvs_reader_chunk(kr, p[i].no, c, upto, &data, &len, &window, &ccrc)) {
 			case KVS_CHUNK_OK:
 				if (len != want)
@@ -308,10 +334,7 @@ static uint32_t pool_crc(const struct kvs_reader *kr, const struct pool *p, unsi
 				crc = crc32c(crc, data, len);
 				break;
 			case KVS_CHUNK_NONE:
-				for (; want; want -= z) {
-					z = want < sizeof zeros ? want : sizeof zeros;
-					crc = crc32c(crc, zeros, z);
-				}
+				crc = crc32c_combine(crc, zeros_crc(want), want);
 				break;
 			case KVS_CHUNK_DAMAGED:
 				die(1, "pool %u chunk %llu: damaged in the KV store", p[i].no,
@@ -324,10 +347,25 @@ static uint32_t pool_crc(const struct kvs_reader *kr, const struct pool *p, unsi
 	return crc;
 }
 
+/* The pools' CRC as the KVREFs recorded so far describe them. */
+static uint32_t kvref_crc(const struct pool *p, unsigned n)
+{
+	uint32_t crc = 0;
+	uint64_t c, len;
+	unsigned i;
+
+	for (i = 0; i < n; i++)
+		for (c = 0; c < p[i].info.nchunks; c++) {
+			len = chunk_bytes(&p[i], c);
+			crc = crc32c_combine(crc, p[i].len[c] ? p[i].crc[c] : zeros_crc(len), len);
+		}
+	return crc;
+}
+
 /* A KVREF must carry the CRC of the bytes the store holds for its chunk
  * when its window is the chunk's newest up to window upto.  1 when it was
  * checked. */
-static int check_kvref(const struct kvs_reader *kr, const struct pool *p, unsigned npools,
+static int check_kvref(const struct kvs_reader *kr, struct pool *p, unsigned npools,
 		       const struct wal_record *rec, uint64_t upto)
 {
 	struct rec_kvref k;
@@ -344,6 +382,12 @@ static int check_kvref(const struct kvs_reader *kr, const struct pool *p, unsign
 	if (i == npools || k.block >= p[i].info.nchunks)
 		die(1, "pool %u chunk %llu: KVREF (window %llu) of a chunk not in the KV store",
 		    k.pool, (unsigned long long)k.block, (unsigned long long)rec->window);
+	if (k.bytes != chunk_bytes(&p[i], k.block))
+		die(1, "pool %u chunk %llu: KVREF (window %llu) of %u bytes, the chunk has %llu",
+		    k.pool, (unsigned long long)k.block, (unsigned long long)rec->window, k.bytes,
+		    (unsigned long long)chunk_bytes(&p[i], k.block));
+	p[i].crc[k.block] = k.crc;
+	p[i].len[k.block] = k.bytes;
 	if (kvs_reader_chunk(kr, k.pool, k.block, upto, &data, &len, &window, &crc) !=
 	    KVS_CHUNK_OK || window != rec->window)
 		return 0;
@@ -352,6 +396,24 @@ static int check_kvref(const struct kvs_reader *kr, const struct pool *p, unsign
 		    "%08x", k.pool, (unsigned long long)k.block, (unsigned long long)rec->window,
 		    (unsigned)k.crc, (unsigned)crc);
 	return 1;
+}
+
+/* Once all of window w's records are read: the pools its KVREFs and those
+ * before them describe are the truth's after its last step. */
+static void check_kv_as_of(const struct truth *t, const struct wal_window *w,
+			   const struct rec_window_steps *ws, const struct pool *p, unsigned n)
+{
+	uint64_t last = ws->first_step + ws->steps - 1;
+	uint32_t crc;
+
+	if (!ws->steps || last >= t->steps)
+		return;
+	if ((crc = kvref_crc(p, n)) != t->kv[last])
+		die(1, "window %llu (steps %llu-%llu): its KVREFs and earlier ones make a pool "
+		    "with CRC %08x, the truth's after step %llu is %08x: a chunk that changed "
+		    "was left out", (unsigned long long)w->id, (unsigned long long)ws->first_step,
+		    (unsigned long long)last, (unsigned)crc, (unsigned long long)last,
+		    (unsigned)t->kv[last]);
 }
 
 int main(int argc, char **argv)
@@ -433,7 +495,7 @@ int main(int argc, char **argv)
 	wal_iter_init(&it, rd);
 	for (wi = 0; wal_iter_next(&it, &rec);) {
 		for (; wi < nwin && win[wi].id != rec.window; wi++)
-			;
+			check_kv_as_of(&t, &win[wi], &ws[wi], pools, npools);
 		if (wi == nwin)
 			die(1, "record LSN %llu: window %llu is not a committed one",
 			    (unsigned long long)rec.lsn, (unsigned long long)rec.window);
@@ -461,6 +523,8 @@ int main(int argc, char **argv)
 			    (unsigned long long)rec.lsn, t.layers);
 		place_routing(&t, &r, &rec, graph, taken);
 	}
+	for (; wi < nwin; wi++)
+		check_kv_as_of(&t, &win[wi], &ws[wi], pools, npools);
 	for (T = 0; T < next; T++)
 		for (L = 0; L < t.layers; L++)
 			for (g = 0; g < NGROUPS; g++)
@@ -481,6 +545,10 @@ int main(int argc, char **argv)
 	kvs_reader_close(kr);
 	wal_reader_close(rd);
 	free(taken);
+	for (i = 0; i < npools; i++) {
+		free(pools[i].crc);
+		free(pools[i].len);
+	}
 	free(pools);
 	free(kvpath);
 	free(ws);

@@ -124,8 +124,10 @@ case $check in
 modes)
 	run eager --mode=eager
 	run graph --mode=graph
+	run graph-side --mode=graph --capture=side
 	sane eager 64
 	same eager graph
+	same eager graph-side
 	;;
 threads)
 	for mode in eager graph; do
@@ -161,7 +163,7 @@ shapes)
 	;;
 usage)
 	for bad in --layers=0 --layers=257 --topk=17 --kv-heads=3 --mode=lazy \
-		--kv-layout=two --threads=3 --seed=-1 --steps=1x --hidden= --bogus stray \
+		--kv-layout=two --capture=other --threads=3 --seed=-1 --steps=1x --hidden= --bogus stray \
 		"--seqs=4096 --steps=1000000 --layers=256 --hidden=8192"; do
 		# unquoted: the last case is several words
 		refused "serve $bad" "$serve" $bad

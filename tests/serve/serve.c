@@ -31,7 +31,8 @@
  *
  * Modes.  --mode=eager launches every kernel every step, on the real
  * rows.  --mode=graph captures one step per group at start-up, on the
- * group's largest batch, and replays it every step; a step's inputs
+ * group's largest batch (on the group's stream, or with --capture=side on
+ * a side stream, as torch.cuda.graph does), and replays it every step; a step's inputs
  * (tokens, slots, block tables, sequence lengths) live in device buffers
  * refreshed with one cudaMemcpyAsync before each replay, and rows past
  * the real ones are padding (slot -1, empty sequence), as in vLLM.  A
@@ -106,6 +107,7 @@ struct opts {
 	uint32_t seed;
 	int graph;  /* --mode=graph */
 	int kv_one; /* --kv-layout=one */
+	int capture_side; /* --capture=side */
 	const char *truth, *journal;
 };
 
@@ -215,6 +217,8 @@ static void usage(FILE *f)
 		"  --mode=eager|graph        launch every kernel, or replay a CUDA graph (eager)\n"
 		"  --threads=1|2             host threads driving the two streams (1)\n"
 		"  --kv-layout=one|per-layer one KV allocation, or one per layer (per-layer)\n"
+		"  --capture=same|side       graph mode: capture on the replay stream or on\n"
+		"                            a side stream (same)\n"
 		"  --truth=PATH     write the ground truth there\n"
 		"  --journal=PATH   append each step's tokens there\n"
 		"environment:\n"
@@ -262,6 +266,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		{ "mode", required_argument, NULL, 'm' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "kv-layout", required_argument, NULL, 'l' },
+		{ "capture", required_argument, NULL, 'c' },
 		{ "truth", required_argument, NULL, 'T' },
 		{ "journal", required_argument, NULL, 'J' },
 		{ "help", no_argument, NULL, 'h' },
@@ -286,6 +291,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case 'm': o->graph = choice_arg("mode", optarg, "eager", "graph"); break;
 		case 't': o->threads = num_arg("threads", optarg, 1, 2); break;
 		case 'l': o->kv_one = choice_arg("kv-layout", optarg, "per-layer", "one"); break;
+		case 'c': o->capture_side = choice_arg("capture", optarg, "same", "side"); break;
 		case 'T': o->truth = optarg; break;
 		case 'J': o->journal = optarg; break;
 		case 'h': usage(stdout); exit(0);
@@ -403,12 +409,12 @@ static void group_init(struct serve *sv, unsigned idx)
 	sv->ids_copy[idx] = xcalloc(rows * o->topk * o->layers, sizeof(int32_t));
 }
 
-static void launch(struct group *g, enum serve_kernel k, unsigned grid, unsigned block,
+static void launch(cudaStream_t stream, enum serve_kernel k, unsigned grid, unsigned block,
 		   void **args)
 {
 	dim3 gd = { grid, 1, 1 }, bd = { block, 1, 1 };
 
-	CU(cudaLaunchKernel(serve_kernel_fn(k), gd, bd, args, 0, g->stream));
+	CU(cudaLaunchKernel(serve_kernel_fn(k), gd, bd, args, 0, stream));
 }
 
 /* The KV pool, zeroed by a fill kernel like torch.zeros; group 1's stream
@@ -430,7 +436,7 @@ static void pool_init(struct serve *sv)
 		void *args[] = { &dst, &words, &zero };
 
 		sv->pool_alloc[a] = dst;
-		launch(&sv->g[0], SK_FILL, grid < 1024 ? (unsigned)grid : 1024, 256, args);
+		launch(sv->g[0].stream, SK_FILL, grid < 1024 ? (unsigned)grid : 1024, 256, args);
 	}
 	sv->pool = xcalloc(o->layers, sizeof *sv->pool);
 	for (layer = 0; layer < o->layers; layer++)
@@ -464,9 +470,9 @@ static unsigned row_threads(unsigned n)
 	return n < ROW_THREADS ? n : ROW_THREADS;
 }
 
-/* One step of group g on its first `rows` rows: what eager mode launches
- * and graph mode captures. */
-static void group_enqueue(struct group *g, unsigned rows)
+/* One step of group g on its first `rows` rows, on stream: what eager
+ * mode launches and graph mode captures. */
+static void group_enqueue(struct group *g, unsigned rows, cudaStream_t stream)
 {
 	struct serve *sv = g->sv;
 	const struct opts *o = &sv->o;
@@ -486,7 +492,7 @@ static void group_enqueue(struct group *g, unsigned rows)
 	{
 		void *embed[] = { &input_ids, &g->hidden, &n, &hs, &seed };
 
-		launch(g, SK_EMBED, rows, threads, embed);
+		launch(stream, SK_EMBED, rows, threads, embed);
 	}
 	for (layer = 0; layer < (int)o->layers; layer++) {
 		float *kc = sv->pool[layer], *vc = kc + sv->layer_floats / 2;
@@ -501,14 +507,14 @@ static void group_enqueue(struct group *g, unsigned rows)
 				 &g->source_rows, &k, &start, &experts, &experts };
 		void *mlp[] = { &g->hidden, &g->ids[layer], &n, &hs, &k, &layer, &seed };
 
-		launch(g, SK_KV_PROJ, rows, threads, proj);
-		launch(g, SK_KV_WRITE, rows, threads, write);
-		launch(g, SK_ATTN, rows, threads, attn);
-		launch(g, SK_ROUTER, rows, row_threads(o->experts), router);
-		launch(g, SK_TOPK,
+		launch(stream, SK_KV_PROJ, rows, threads, proj);
+		launch(stream, SK_KV_WRITE, rows, threads, write);
+		launch(stream, SK_ATTN, rows, threads, attn);
+		launch(stream, SK_ROUTER, rows, row_threads(o->experts), router);
+		launch(stream, SK_TOPK,
 		       (rows + SERVE_TOPK_ROWS_PER_BLOCK - 1) / SERVE_TOPK_ROWS_PER_BLOCK,
 		       SERVE_TOPK_ROWS_PER_BLOCK, topk);
-		launch(g, SK_MLP, rows, threads, mlp);
+		launch(stream, SK_MLP, rows, threads, mlp);
 	}
 	{
 		void *sample[] = { &g->hidden, &g->tokens, &n, &hs, &vocab, &seed };
@@ -518,22 +524,29 @@ static void group_enqueue(struct group *g, unsigned rows)
 		cfg.gridDimY = cfg.gridDimZ = 1;
 		cfg.blockDimX = 32;
 		cfg.blockDimY = cfg.blockDimZ = 1;
-		cfg.hStream = g->stream;
+		cfg.hStream = stream;
 		res = sv->launch_ex(&cfg, sv->sample_fn, sample, NULL);
 		if (res != CUDA_SUCCESS)
 			die(1, "cuLaunchKernelEx: CUresult %d", (int)res);
 	}
 }
 
+/* Capture group g's step on its own stream, or (--capture=side) on a
+ * stream of its own, as torch.cuda.graph does; replays run on the group's. */
 static void graph_init(struct group *g)
 {
+	cudaStream_t on = g->stream;
 	cudaGraph_t graph;
 
-	CU(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeGlobal));
-	group_enqueue(g, g->max_rows);
-	CU(cudaStreamEndCapture(g->stream, &graph));
+	if (g->sv->o.capture_side)
+		CU(cudaStreamCreateWithFlags(&on, cudaStreamNonBlocking));
+	CU(cudaStreamBeginCapture(on, cudaStreamCaptureModeGlobal));
+	group_enqueue(g, g->max_rows, on);
+	CU(cudaStreamEndCapture(on, &graph));
 	CU(cudaGraphInstantiate(&g->exec, graph, 0));
 	CU(cudaGraphDestroy(graph));
+	if (on != g->stream)
+		CU(cudaStreamDestroy(on));
 }
 
 static int32_t block_pop(struct serve *sv)
@@ -604,7 +617,7 @@ static void group_submit(struct group *g)
 	if (g->sv->o.graph)
 		CU(cudaGraphLaunch(g->exec, g->stream));
 	else
-		group_enqueue(g, g->rows);
+		group_enqueue(g, g->rows, g->stream);
 	CU(cudaMemcpyAsync(g->h_tokens, g->tokens, g->rows * sizeof(int32_t),
 			   cudaMemcpyDeviceToHost, g->stream));
 	CU(cudaEventRecord(g->done, g->stream));

@@ -155,6 +155,29 @@ static int cpuinfo_has_sse42(void)
 	return found < 0 ? 0 : found;
 }
 
+/* combine(crc(A), crc(B), |B|) == crc(AB) at every split of random bytes,
+ * empty parts included; a wrong length gives another CRC. */
+static void test_combine(void)
+{
+	static unsigned char buf[3000];
+	uint32_t whole, seed = 12345;
+	size_t i, cut;
+
+	for (i = 0; i < sizeof buf; i++) {
+		seed = seed * 1103515245u + 12345u;
+		buf[i] = (unsigned char)(seed >> 16);
+	}
+	whole = crc32c(0, buf, sizeof buf);
+	for (cut = 0; cut <= sizeof buf; cut += cut < 80 ? 1 : 97)
+		CU_ASSERT_EQUAL(crc32c_combine(crc32c(0, buf, cut),
+					       crc32c(0, buf + cut, sizeof buf - cut),
+					       sizeof buf - cut), whole);
+	CU_ASSERT_EQUAL(crc32c_combine(whole, 0, 0), whole);
+	CU_ASSERT_EQUAL(crc32c_combine(0, whole, sizeof buf), whole);
+	CU_ASSERT_NOT_EQUAL(crc32c_combine(crc32c(0, buf, 10), crc32c(0, buf + 10, 20), 21),
+			    crc32c(0, buf, 30));
+}
+
 static void test_hw_detection(void)
 {
 	int want = cpuinfo_has_sse42();
@@ -172,6 +195,7 @@ int main(void)
 		{ "known vectors", test_vectors },
 		{ "hw matches portable", test_hw_matches_portable },
 		{ "chaining", test_chaining },
+		{ "combine", test_combine },
 		{ "hw detection matches cpuinfo", test_hw_detection },
 		CU_TEST_INFO_NULL,
 	};
