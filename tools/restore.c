@@ -216,17 +216,6 @@ static int pwrite_all(int fd, const uint8_t *p, uint64_t len, uint64_t off)
 	return 0;
 }
 
-static uint32_t crc_zeros(uint32_t crc, uint64_t len)
-{
-	static const uint8_t zeros[1 << 16];
-
-	for (uint64_t n; len; len -= n) {
-		n = len < sizeof zeros ? len : sizeof zeros;
-		crc = crc32c(crc, zeros, n);
-	}
-	return crc;
-}
-
 /* ---- the files -------------------------------------------------------------- */
 
 static int add_lost(struct restore *rs, struct image *im, const struct state_pool *p,
@@ -249,8 +238,6 @@ static int add_lost(struct restore *rs, struct image *im, const struct state_poo
 	return 0;
 }
 
-/* kv-pool-N.bin: the pool's bytes as of C, lost and unwritten chunks as
- * the file's holes (zeros). */
 /* A restore this large shows its progress on a terminal. */
 #define PROGRESS_MIN (UINT64_C(256) << 20)
 
@@ -267,11 +254,14 @@ static void progress(struct restore *rs, uint64_t len)
 		fputs("\r\033[K", stderr);
 }
 
+/* kv-pool-N.bin: the pool's bytes as of C, lost and unwritten chunks as
+ * the file's holes (zeros). */
 static int write_image(struct restore *rs, const struct state_pool *p, struct image *im)
 {
 	char tmp[40], why[160];
 	const uint8_t *data;
 	uint64_t c, len;
+	uint32_t crc;
 	FILE *f;
 	int kind, err = 0;
 
@@ -282,17 +272,19 @@ static int write_image(struct restore *rs, const struct state_pool *p, struct im
 		err = errno;
 	for (c = 0; !err && c < p->info.nchunks; c++) {
 		len = state_chunk_len(p, c);
-		kind = state_chunk(&rs->s, p, c, &data, why, sizeof why);
+		kind = state_chunk(&rs->s, p, c, &data, &crc, why, sizeof why);
 		progress(rs, len);
 		if (kind == STATE_CHUNK_DATA) {
-			im->crc = crc32c(im->crc, data, len);
+			/* The chunk's CRC is verified: the image's is combined, not
+			 * computed over the bytes again. */
+			im->crc = crc32c_combine(im->crc, crc, len);
 			if (pwrite_all(fileno(f), data, len, c * p->info.d.chunk_bytes) < 0)
 				err = errno ? errno : EIO;
 			continue;
 		}
 		if (kind == STATE_CHUNK_LOST && add_lost(rs, im, p, c, why) < 0)
 			err = ENOMEM;
-		im->crc = crc_zeros(im->crc, len);
+		im->crc = crc32c_zeros(im->crc, len);
 	}
 	if ((err = tmp_commit(rs, f, tmp, im->file, err)))
 		return err;

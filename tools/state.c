@@ -413,12 +413,12 @@ static const struct state_ref *find_ref(const struct state_pool *p, uint64_t chu
 }
 
 int state_chunk(const struct state *s, const struct state_pool *p, uint64_t chunk,
-		const uint8_t **data, char *why, size_t whylen)
+		const uint8_t **data, uint32_t *crc, char *why, size_t whylen)
 {
 	const struct state_ref *ref = find_ref(p, chunk);
 	uint64_t want = state_chunk_len(p, chunk), window = 0;
-	uint32_t len = 0, crc = 0;
-	int st = kvs_reader_chunk(s->kv, p->no, chunk, s->c->id, data, &len, &window, &crc);
+	uint32_t len = 0;
+	int st = kvs_reader_chunk(s->kv, p->no, chunk, s->c->id, data, &len, &window, crc);
 
 	if (st == KVS_CHUNK_DAMAGED) {
 		snprintf(why, whylen, "damaged in the KV store");
@@ -438,9 +438,9 @@ int state_chunk(const struct state *s, const struct state_pool *p, uint64_t chun
 	if (ref && ref->window > window)
 		snprintf(why, whylen, "the log references window %llu's copy, the KV store holds "
 			 "window %llu's", (unsigned long long)ref->window, (unsigned long long)window);
-	else if (ref && ref->window == window && (ref->crc != crc || ref->len != len))
+	else if (ref && ref->window == window && (ref->crc != *crc || ref->len != len))
 		snprintf(why, whylen, "window %llu's copy has CRC %08x and %u bytes, its KVREF "
-			 "says %08x and %u", (unsigned long long)window, (unsigned)crc, (unsigned)len,
+			 "says %08x and %u", (unsigned long long)window, (unsigned)*crc, (unsigned)len,
 			 (unsigned)ref->crc, (unsigned)ref->len);
 	else if (len != want)
 		snprintf(why, whylen, "window %llu's copy holds %u of the chunk's %llu bytes",

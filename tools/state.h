@@ -118,9 +118,10 @@ enum state_chunk_kind {
 /* Bytes of chunk `chunk` of p (the last one holds what is left). */
 uint64_t state_chunk_len(const struct state_pool *p, uint64_t chunk);
 
-/* Chunk `chunk` (< p->info.nchunks) of pool p as of C. */
+/* Chunk `chunk` (< p->info.nchunks) of pool p as of C; with data, *crc is
+ * its CRC-32C, verified against the bytes. */
 int state_chunk(const struct state *s, const struct state_pool *p, uint64_t chunk,
-		const uint8_t **data, char *why, size_t whylen);
+		const uint8_t **data, uint32_t *crc, char *why, size_t whylen);
 
 /* The ROUTING records of s->win in log order: the s->routing records that
  * were counted into s->hist. */

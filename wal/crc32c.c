@@ -95,6 +95,12 @@ uint32_t crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2)
 	return multmodp(x8n(len2), crc1) ^ crc2;
 }
 
+/* Zeros only shift the register (the finalised CRC is its complement). */
+uint32_t crc32c_zeros(uint32_t crc, uint64_t len)
+{
+	return ~multmodp(x8n(len), ~crc);
+}
+
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <nmmintrin.h>

@@ -20,6 +20,8 @@ uint32_t crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len);
 /* The CRC of A followed by B, from crc1 = crc32c(0, A, ...), crc2 =
  * crc32c(0, B, len2) and len2 alone. */
 uint32_t crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
+/* crc32c(crc, len zero bytes), in O(log len) without reading them. */
+uint32_t crc32c_zeros(uint32_t crc, uint64_t len);
 uint32_t crc32c_portable(uint32_t crc, const void *buf, size_t len);
 /* Only valid where crc32c_hw_available() is true. */
 uint32_t crc32c_hw(uint32_t crc, const void *buf, size_t len);

@@ -299,20 +299,6 @@ static uint64_t chunk_bytes(const struct pool *p, uint64_t c)
 	return left < p->info.d.chunk_bytes ? left : p->info.d.chunk_bytes;
 }
 
-/* The CRC of n bytes of zeros. */
-static uint32_t zeros_crc(uint64_t n)
-{
-	static const uint8_t zeros[1 << 16];
-	uint32_t crc = 0;
-	uint64_t z;
-
-	for (; n; n -= z) {
-		z = n < sizeof zeros ? n : sizeof zeros;
-		crc = crc32c(crc, zeros, z);
-	}
-	return crc;
-}
-
 /* CRC-32C of the pools' bytes as of window upto, one after the other. */
 static uint32_t pool_crc(const struct kvs_reader *kr, const struct pool *p, unsigned n,
 			 uint64_t upto)
@@ -334,7 +320,7 @@ static uint32_t pool_crc(const struct kvs_reader *kr, const struct pool *p, unsi
 				crc = crc32c(crc, data, len);
 				break;
 			case KVS_CHUNK_NONE:
-				crc = crc32c_combine(crc, zeros_crc(want), want);
+				crc = crc32c_zeros(crc, want);
 				break;
 			case KVS_CHUNK_DAMAGED:
 				die(1, "pool %u chunk %llu: damaged in the KV store", p[i].no,
@@ -357,7 +343,8 @@ static uint32_t kvref_crc(const struct pool *p, unsigned n)
 	for (i = 0; i < n; i++)
 		for (c = 0; c < p[i].info.nchunks; c++) {
 			len = chunk_bytes(&p[i], c);
-			crc = crc32c_combine(crc, p[i].len[c] ? p[i].crc[c] : zeros_crc(len), len);
+			crc = p[i].len[c] ? crc32c_combine(crc, p[i].crc[c], len)
+					 : crc32c_zeros(crc, len);
 		}
 	return crc;
 }

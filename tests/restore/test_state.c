@@ -85,7 +85,8 @@ static int chunk_of(const struct state *s, const struct state_pool *p, uint64_t 
 		    char *why, size_t len)
 {
 	const uint8_t *data = NULL;
-	int k = state_chunk(s, p, c, &data, why, len);
+	uint32_t crc;
+	int k = state_chunk(s, p, c, &data, &crc, why, len);
 
 	*byte = k == STATE_CHUNK_DATA ? data[0] : -1;
 	return k;

@@ -178,6 +178,20 @@ static void test_combine(void)
 			    crc32c(0, buf, 30));
 }
 
+/* crc32c_zeros(crc, n) == crc32c(crc, n zero bytes), from any start. */
+static void test_zeros(void)
+{
+	static const unsigned char zeros[70000];
+	static const size_t lens[] = { 0, 1, 7, 8, 63, 4096, 65536, 70000 };
+	const uint32_t starts[] = { 0, 0xdeadbeef, crc32c(0, "moeft", 5) };
+	size_t i, k;
+
+	for (i = 0; i < sizeof starts / sizeof *starts; i++)
+		for (k = 0; k < sizeof lens / sizeof *lens; k++)
+			CU_ASSERT_EQUAL(crc32c_zeros(starts[i], lens[k]),
+					crc32c(starts[i], zeros, lens[k]));
+}
+
 static void test_hw_detection(void)
 {
 	int want = cpuinfo_has_sse42();
@@ -196,6 +210,7 @@ int main(void)
 		{ "hw matches portable", test_hw_matches_portable },
 		{ "chaining", test_chaining },
 		{ "combine", test_combine },
+		{ "zeros", test_zeros },
 		{ "hw detection matches cpuinfo", test_hw_detection },
 		CU_TEST_INFO_NULL,
 	};
