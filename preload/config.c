@@ -41,6 +41,7 @@
 const char *const config_vars[] = {
 	"MOEFT_WAL", "MOEFT_WAL_SIZE", "MOEFT_NUMA_NODE", "MOEFT_WINDOW", "MOEFT_COMMIT",
 	"MOEFT_PROFILE", "MOEFT_KV", "MOEFT_LOG", "MOEFT_DISABLE", "MOEFT_STRICT",
+	"MOEFT_RESTORE_AT",
 	/* Set by `moeft restore` for the process it starts: the plan the
 	 * preload follows, and the manifest for the application's own
 	 * recovery hook (the preload never reads it). */
@@ -258,6 +259,15 @@ static int load_commit(struct moeft_config *c, const char *v, char *err, size_t 
 	return bad(err, errlen, "MOEFT_COMMIT", v, "must be wait or async");
 }
 
+static int load_restore_at(struct moeft_config *c, const char *v, char *err, size_t errlen)
+{
+	if (strcmp(v, "init") == 0 || strcmp(v, "step") == 0) {
+		c->restore_at_step = v[0] == 's';
+		return 0;
+	}
+	return bad(err, errlen, "MOEFT_RESTORE_AT", v, "must be init or step");
+}
+
 /* Parsing the profile now, not when the first kernel is named, puts a
  * file's syntax errors (with their line numbers) into the startup line. */
 static int load_restore(struct moeft_config *c, const char *v, char *err, size_t errlen)
@@ -460,6 +470,8 @@ int config_load(struct moeft_config *c, const char *(*get)(const char *name),
 		return -1;
 	if ((v = lookup(get, "MOEFT_RESTORE")) && load_restore(c, v, err, errlen) < 0)
 		return -1;
+	if ((v = lookup(get, "MOEFT_RESTORE_AT")) && load_restore_at(c, v, err, errlen) < 0)
+		return -1;
 	return 0;
 }
 
@@ -547,10 +559,10 @@ void config_describe(const struct moeft_config *c, char *out, size_t len)
 	else
 		snprintf(numa, sizeof numa, "%d", c->numa_node);
 	snprintf(out, len,
-		 "wal=%s size=%s numa=%s window=%u commit=%s profile=%s kv=%s log=%s strict=%s "
-		 "disable=%s",
+		 "wal=%s size=%s numa=%s window=%u commit=%s restore-at=%s profile=%s kv=%s "
+		 "log=%s strict=%s disable=%s",
 		 c->wal_path, fmt_bytes(c->wal_size, size, sizeof size), numa, c->window,
-		 c->commit_async ? "async" : "wait",
+		 c->commit_async ? "async" : "wait", c->restore_at_step ? "step" : "init",
 		 c->profile, c->kv_count ? c->kv_rules : "none",
 		 log_names[c->log_level >= 0 && c->log_level <= 3 ? c->log_level : 1],
 		 c->strict ? "on" : "off", c->disable ? "on" : "off");

@@ -34,6 +34,8 @@ struct moeft_config {
 	unsigned window;                /* decode steps per committed window */
 	int commit_async;               /* MOEFT_COMMIT=async: host waits do not
 					 * wait for a window's commit */
+	int restore_at_step;            /* MOEFT_RESTORE_AT=step: restore at the
+					 * first step, not after the initialiser */
 	char profile[PATH_MAX];         /* built-in name or file path */
 	char kv_rules[CONFIG_KV_TEXT_MAX]; /* MOEFT_KV as given ("" if unset) */
 	unsigned kv_count;

@@ -109,6 +109,9 @@ static unsigned long long launches(void)
 }
 
 atomic_int rt_state;
+atomic_int rt_restore_pending;
+/* Restore mode: every pool of the plan has its allocation (win_lock). */
+static int plan_matched;
 /* The kernel decision cache, published by the rt_state store (runtime.h). */
 struct kid_cache *rt_kids;
 
@@ -280,6 +283,9 @@ static void load_plan(void)
 		refuse("MOEFT_RESTORE: the plan is for log %016" PRIx64 ", %s is log %016" PRIx64,
 		       plan.log_id, rt.cfg.wal_path, st.log_id);
 	rt.plan = &plan;
+	plan_matched = !restore_unmatched(&plan);
+	if (!rt.cfg.restore_at_step)
+		atomic_store_explicit(&rt_restore_pending, 1, memory_order_release);
 	rt_log(WAL_LOG_INFO, "restore: %u KV pools of window %" PRIu64 " to restore",
 	       plan.npools, plan.window);
 }
@@ -562,6 +568,7 @@ static struct {
 	/* Restore mode: the copies' event once they are enqueued, which every
 	 * stream waits for before its first step. */
 	void *restored;
+	int init_seen;           /* the launch after that: the initialiser */
 	struct timespec restore_t0;
 	unsigned kv_seen[CONFIG_KV_MAX]; /* allocations of each MOEFT_KV size */
 } cap = { .once = PTHREAD_ONCE_INIT, .win_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -790,9 +797,11 @@ static void restore_alloc(const struct alloc_info *a)
 
 	pthread_mutex_lock(&cap.win_lock);
 	if (!cap.restored && (q = restore_match(rt.plan, a->fingerprint, a->size, a->ordinal,
-						a->base)))
+						a->base))) {
 		rt_log(WAL_LOG_DEBUG, "restore: pool %u is the allocation at 0x%" PRIx64, q->no,
 		       a->base);
+		plan_matched = !restore_unmatched(rt.plan);
+	}
 	pthread_mutex_unlock(&cap.win_lock);
 }
 
@@ -826,10 +835,37 @@ static void restore_now(void *stream)
 	}
 	if ((r = rt_dev_event(&cap.restored)) || (r = rt_dev_record(cap.restored, stream)))
 		refuse("cannot record the copies' event (CUresult %d)", r);
+	atomic_store_explicit(&rt_restore_pending, 0, memory_order_relaxed);
 	rt_log(WAL_LOG_INFO, "restore: %u KV pools, %" PRIu64 " bytes of window %" PRIu64
 	       " (steps %" PRIu64 "-%" PRIu64 ") enqueued; resuming at step %" PRIu64,
 	       rt.plan->npools, bytes, rt.plan->window, rt.plan->first_step,
 	       rt.plan->last_step, rt.plan->last_step + 1);
+}
+
+/*
+ * MOEFT_RESTORE_AT=init: the first launch once every pool of the plan is
+ * allocated is taken for their initialiser (torch.zeros' fill kernel runs
+ * right after the allocation), and the copies go right after it in its
+ * stream, before anything can read the pools.  1 for that launch.
+ */
+static int restore_initialiser(void)
+{
+	int r;
+
+	pthread_mutex_lock(&cap.win_lock);
+	r = !cap.restored && plan_matched && !cap.init_seen;
+	if (r)
+		cap.init_seen = 1;
+	pthread_mutex_unlock(&cap.win_lock);
+	return r;
+}
+
+static void restore_after(void *stream)
+{
+	pthread_mutex_lock(&cap.win_lock);
+	if (!cap.restored)
+		restore_now(stream);
+	pthread_mutex_unlock(&cap.win_lock);
 }
 
 /* Restore at the process's first step; every stream's first step waits
@@ -975,6 +1011,7 @@ static int rule_hit(int rule, const struct rule_hit *h, void *stream, struct rt_
 	captured = tick(stream, kinds[h->kind], key, h, &t);
 	if (h->kind != RULE_ROUTING || t.layer == UINT32_MAX)
 		return 0;
+	after->capture = 1;
 	after->rule = rule;
 	after->layer = t.layer;
 	after->lane = captured ? WA_LANE_GRAPH : wa_lane((uintptr_t)stream);
@@ -983,7 +1020,8 @@ static int rule_hit(int rule, const struct rule_hit *h, void *stream, struct rt_
 	return 1;
 }
 
-void rt_launch_after(const struct rt_after *x)
+/* The routing capture of a rule hit, right after its launch. */
+static void capture_after(const struct rt_after *x)
 {
 	const struct rule_hit *h = &x->hit;
 	struct cap_append_args a = {
@@ -999,6 +1037,14 @@ void rt_launch_after(const struct rt_after *x)
 
 	if (atomic_load_explicit(&cap.on, memory_order_acquire))
 		append_on(x->stream, &a);
+}
+
+void rt_launch_after(const struct rt_after *x)
+{
+	if (x->restore)
+		restore_after(x->stream);
+	if (x->capture)
+		capture_after(x);
 }
 
 void rt_graph_launch(void *stream)
@@ -1074,21 +1120,25 @@ int rt_launch(const struct rt_launch *l, struct rt_after *after)
 	char label[64];
 	int r = l->cached;
 
+	after->stream = l->stream;
+	after->capture = 0;
+	after->restore = atomic_load_explicit(&rt_restore_pending, memory_order_relaxed) &&
+			 restore_initialiser();
 	if (r == KID_UNKNOWN && l->func)
 		r = first_launch(l, &m);
 	if (r != KID_MATCH || !l->args || atomic_load_explicit(&m->off, memory_order_relaxed))
-		return 0;
+		return after->restore;
 	r = rule_eval(&rt.prof.rules[m->rule], l->args, m->sizes, m->nparams, l->grid,
 		      l->block, &hit);
 	if (r > 0) {
 		atomic_fetch_add_explicit(&rt.hits[m->rule], 1, memory_order_relaxed);
-		return rule_hit(m->rule, &hit, l->stream, after);
+		return rule_hit(m->rule, &hit, l->stream, after) | after->restore;
 	}
 	if (r < 0 && !atomic_exchange(&m->off, 1))
 		rt_log(WAL_LOG_WARN, "rule %s does not fit kernel %s (it reads a parameter "
 		       "the kernel lacks or holds a bad value); no longer evaluated for it",
 		       rule_label(m->rule, label, sizeof label), m->name);
-	return 0;
+	return after->restore;
 }
 
 void rt_capture(int begin)

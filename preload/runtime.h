@@ -34,6 +34,9 @@ enum { RT_UNINIT = 0, RT_ACTIVE = 1, RT_OFF = 2 };
 extern atomic_int rt_state RT_HIDDEN;
 /* The kernel decision cache; set before rt_state first becomes RT_ACTIVE. */
 extern struct kid_cache *rt_kids RT_HIDDEN;
+/* Restore mode until the KV images are enqueued: every launch is described
+ * to rt_launch, so that the pools' initialiser is seen (runtime.c). */
+extern atomic_int rt_restore_pending RT_HIDDEN;
 /* This thread's launch counter, which only it writes; NULL until its first
  * launch, and for good in threads beyond the counters (they share one). */
 extern _Thread_local atomic_ullong *rt_my_launches RT_HIDDEN
@@ -108,10 +111,12 @@ struct rt_launch {
 /* What a launch leaves for after it succeeded: the capture of a routing
  * hit, which must follow the launch in its stream. */
 struct rt_after {
+	void *stream;
+	int restore;            /* enqueue the restore's copies after the launch */
+	int capture;            /* append the routing of the hit below */
 	int rule;
 	uint32_t layer;
 	uint32_t lane;          /* of the capture's entry (window.h) */
-	void *stream;
 	struct rule_hit hit;
 };
 
@@ -140,6 +145,7 @@ static inline int rt_launch_seen(const void *func, struct kid_match **m)
  * evaluate its rule, move the step clock (which may enqueue a window
  * boundary and a step marker on the stream ahead of the launch).  Returns
  * 1 when *after must go to rt_launch_after once the launch succeeded.
+ * Called for every launch while rt_restore_pending is set.
  */
 int rt_launch(const struct rt_launch *l, struct rt_after *after);
 void rt_launch_after(const struct rt_after *after);

@@ -147,7 +147,8 @@ static inline void launched(const struct shim_call *c, int kind, const void *fun
 	int cached;
 
 	if (c->phase == SHIM_PRE) {
-		if ((cached = rt_launch_seen(func, &m)) != KID_NONE)
+		if ((cached = rt_launch_seen(func, &m)) != KID_NONE ||
+		    atomic_load_explicit(&rt_restore_pending, memory_order_relaxed))
 			launch_rest(cached, m, kind, func, gx, gy, gz, bx, by, bz, args, stream);
 	} else if (launch_armed) {
 		launch_armed = 0;

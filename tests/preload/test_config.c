@@ -82,6 +82,7 @@ static void test_defaults(void)
 	CU_ASSERT_EQUAL(c.disable, 0);
 	CU_ASSERT_EQUAL(c.strict, 0);
 	CU_ASSERT_EQUAL(c.commit_async, 0);
+	CU_ASSERT_EQUAL(c.restore_at_step, 0);
 }
 
 /* A variable set to "" is unset. */
@@ -90,6 +91,7 @@ static void test_empty_is_unset(void)
 	static const char *const names[] = {
 		"MOEFT_WAL", "MOEFT_WAL_SIZE", "MOEFT_NUMA_NODE", "MOEFT_WINDOW", "MOEFT_COMMIT",
 		"MOEFT_PROFILE", "MOEFT_KV", "MOEFT_LOG", "MOEFT_DISABLE", "MOEFT_STRICT",
+		"MOEFT_RESTORE_AT",
 	};
 	struct moeft_config c;
 	char err[256];
@@ -106,7 +108,7 @@ static void test_empty_is_unset(void)
 /* ---- each variable, good and bad ------------------------------------------ */
 
 enum field { F_NONE, F_WAL, F_SIZE, F_WINDOW, F_COMMIT, F_PROFILE, F_KV, F_LOG, F_DISABLE,
-	     F_STRICT };
+	     F_STRICT, F_RESTORE_AT };
 
 static const struct vcase {
 	const char *name, *value;
@@ -179,6 +181,11 @@ static const struct vcase {
 	{ "MOEFT_COMMIT", "async", 0, F_COMMIT, 1, NULL },
 	{ "MOEFT_COMMIT", "Async", -1, F_NONE, 0, "MOEFT_COMMIT='Async': must be wait or async" },
 	{ "MOEFT_COMMIT", "1", -1, F_NONE, 0, "MOEFT_COMMIT='1': must be wait or async" },
+	/* MOEFT_RESTORE_AT */
+	{ "MOEFT_RESTORE_AT", "init", 0, F_RESTORE_AT, 0, NULL },
+	{ "MOEFT_RESTORE_AT", "step", 0, F_RESTORE_AT, 1, NULL },
+	{ "MOEFT_RESTORE_AT", "first-step", -1, F_NONE, 0,
+	  "MOEFT_RESTORE_AT='first-step': must be init or step" },
 	/* MOEFT_PROFILE */
 	{ "MOEFT_PROFILE", "auto", 0, F_PROFILE, 0, NULL },
 	{ "MOEFT_PROFILE", "vllm", 0, F_PROFILE, 0, NULL },
@@ -257,6 +264,7 @@ static uint64_t field_value(const struct moeft_config *c, enum field f)
 	case F_SIZE: return c->wal_size;
 	case F_WINDOW: return c->window;
 	case F_COMMIT: return (uint64_t)c->commit_async;
+	case F_RESTORE_AT: return (uint64_t)c->restore_at_step;
 	case F_KV: return c->kv_count;
 	case F_LOG: return (uint64_t)c->log_level;
 	case F_DISABLE: return (uint64_t)c->disable;
@@ -510,7 +518,7 @@ static void test_describe(void)
 	env_set("MOEFT_DISABLE", "on");
 	CU_ASSERT_EQUAL_FATAL(config_load(&c, env_get, err, sizeof err), 0);
 	config_describe(&c, line, sizeof line);
-	CU_ASSERT_STRING_EQUAL(line, "wal=/dev/dax0.0 size=1028K numa=none window=16 commit=wait profile=auto "
+	CU_ASSERT_STRING_EQUAL(line, "wal=/dev/dax0.0 size=1028K numa=none window=16 commit=wait restore-at=init profile=auto "
 			       "kv=size=1G,ordinal=0 log=warn strict=off disable=on");
 	c.wal_size = 2 * TiB;
 	c.numa_node = 2;
@@ -519,8 +527,9 @@ static void test_describe(void)
 	c.strict = 1;
 	c.disable = 0;
 	c.commit_async = 1;
+	c.restore_at_step = 1;
 	config_describe(&c, line, sizeof line);
-	CU_ASSERT_STRING_EQUAL(line, "wal=/dev/dax0.0 size=2T numa=2 window=16 commit=async profile=auto "
+	CU_ASSERT_STRING_EQUAL(line, "wal=/dev/dax0.0 size=2T numa=2 window=16 commit=async restore-at=step profile=auto "
 			       "kv=none log=error strict=on disable=off");
 }
 

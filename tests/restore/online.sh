@@ -4,7 +4,7 @@
 # status 3 and a message naming what does not match, and --force-fresh runs
 # it from scratch; a damaged KV chunk in the last window keeps the command
 # from starting (status 1, the chunk named); a log with nothing committed
-# starts it fresh.
+# starts it fresh.  And when the restored bytes land (MOEFT_RESTORE_AT).
 #
 # Usage: online.sh MOEFT LIBMOEFT SERVE KVTOOL
 set -u
@@ -20,8 +20,34 @@ fail() {
 
 # The crashed process: a finished run stands in for it (its log holds the
 # windows up to step 31, its journal all 40 steps).
-MOEFT_WAL="$dir/w.wal" LD_PRELOAD="$lib" "$serve" --steps=40 --journal="$dir/j" >/dev/null ||
-	fail "the first run failed"
+MOEFT_WAL="$dir/w.wal" LD_PRELOAD="$lib" "$serve" --steps=40 --journal="$dir/j" \
+	--truth="$dir/t" >/dev/null || fail "the first run failed"
+cp "$dir/w.wal" "$dir/w.wal.orig"
+cp "$dir/w.wal.kv" "$dir/w.wal.kv.orig"
+
+# When the restored bytes are there: MOEFT_RESTORE_AT=init (the default)
+# puts them right after the pools' initialiser, so the program finds the
+# crashed run's pool (its CRC after step 31) before its first step;
+# MOEFT_RESTORE_AT=step at its first step, so it finds zeros.  Both runs end
+# with the uninterrupted run's output.
+want_kv=$(sed -n '/^step 31$/,/^kv /s/^kv //p' "$dir/t")
+"$serve" --steps=40 >"$dir/plain"
+for at in init step; do
+	cp "$dir/w.wal.orig" "$dir/$at.wal"
+	cp "$dir/w.wal.kv.orig" "$dir/$at.wal.kv"
+	cp "$dir/j" "$dir/j.$at"
+	MOEFT_RESTORE_AT=$at "$moeft" restore --wal "$dir/$at.wal" --preload "$lib" -- "$serve" \
+		--steps=40 --journal="$dir/j.$at" --truth="$dir/$at.truth" >"$dir/$at.out" \
+		2>"$dir/$at.err" || fail "restore at $at: $(cat "$dir/$at.err")"
+	cmp -s "$dir/$at.out" "$dir/plain" || fail "restore at $at: output differs"
+	got=$(sed -n 's/^resume-kv //p' "$dir/$at.truth")
+	case $at in
+	init) [ "$got" = "$want_kv" ] ||
+		fail "restore at init: the pool before step 32 has CRC $got, want $want_kv" ;;
+	step) [ "$got" != "$want_kv" ] && [ -n "$got" ] ||
+		fail "restore at step: the pool was restored before the first step ($got)" ;;
+	esac
+done
 
 # other: NAME WANT-LINE SERVE-ARGS...: the restore must stop the command.
 # Each case gets a copy of the crashed process's log and journal.
@@ -69,4 +95,5 @@ grep -q "not starting" "$dir/bad.err" || fail "damaged chunk: $(cat "$dir/bad.er
 	--journal="$dir/jn" >"$dir/n.out" 2>"$dir/n.err" || fail "fresh log: $(cat "$dir/n.err")"
 cmp -s "$dir/n.out" "$dir/n.want" || fail "fresh log: output differs"
 grep -q "nothing to restore, starting" "$dir/n.err" || fail "fresh log: $(cat "$dir/n.err")"
-echo "restore online.sh: other models stopped, --force-fresh, damage, fresh log: ok"
+echo "restore online.sh: restore at init and step, other models stopped, --force-fresh," \
+	"damage, fresh log: ok"

@@ -45,6 +45,8 @@
  *
  *	moeft-serve-truth 1 layers=L experts=E topk=K hidden=H kv-heads=N
  *	  seqs=S steps=N vocab=V seed=X block-size=16 kv-blocks=B [resume=R]
+ *	resume-kv CRC               resuming: the KV pool's CRC-32C as the run
+ *	                            found it, before its first step
  *	step T                      for each step T the run computed: from 0,
  *	                            or from R when resumed at R > 0
  *	rows S0 S1 ...              sequence of each real row, ascending
@@ -975,6 +977,9 @@ int main(int argc, char **argv)
 				die(1, "pthread_create failed");
 	}
 
+	/* What a recovery hook would find in the pool before it resumes. */
+	if (sv.truth && sv.resume)
+		fprintf(sv.truth, "resume-kv %08x\n", (unsigned)pool_crc(&sv));
 	for (t = 0; t < o->steps; t++) {
 		schedule_step(&sv, t);
 		/* A step before the resume point: its blocks are taken and
