@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""bench.py - the GPU tier's figures, measured in one run, as one markdown
+table headed by the GPU's name:
+
+- decode tokens/s of moe_generate.py, eager and graph, without the preload
+  and under it at MOEFT_WINDOW 16 and 1 (ratio against without);
+- log bytes per token and per decode window (moeft inspect --json; the
+  windows and their steps from an offline restore's manifest);
+- restore bandwidth: the preload's copy of the KV images into the restarted
+  process ("moeft: restore: N bytes of KV restored in S s") and the offline
+  restore's write of them (its summary line), against pinned host-to-device
+  copies measured here with torch;
+- RTO with a KV cache of --kv-gib (>= 4 GiB): kill -9 after --kill-after
+  steps, then from `moeft restore -- CMD` starting to the resumed process's
+  first token, against a restart that computes everything again (the
+  uninterrupted run's start-up, prefill and decode steps up to the resume
+  point), both from the timestamps moe_generate.py prints.
+
+Usage: bench.py --moeft PATH --lib PATH [--steps N] [--kv-gib G]
+       [--kill-after N] [--rto-mode eager|graph] [--out FILE]
+Exit status: 0, or 1 when a run fails or prints less than expected.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GEN = os.path.join(HERE, "moe_generate.py")
+RUN_TIMEOUT = 300
+BATCH = 8  # sequences decoded at once, in every run
+
+
+class BenchError(Exception):
+    pass
+
+
+def run(cmd, env=None, timeout=RUN_TIMEOUT):
+    """stdout and stderr of a command that must succeed."""
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if p.returncode:
+        raise BenchError("%s: exit %d: %s" % (" ".join(cmd[:4]), p.returncode,
+                                              p.stderr.strip()[-2000:]))
+    return p.stdout, p.stderr
+
+
+def fields(text, prefix):
+    """The key=value fields of the line starting with prefix."""
+    for line in text.splitlines():
+        if line.startswith(prefix + " "):
+            return dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
+    raise BenchError("no %r line in:\n%s" % (prefix, text[-2000:]))
+
+
+def gen(args):
+    return [sys.executable, GEN, "--batch", str(BATCH)] + args
+
+
+def whole_lines(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def grep(pattern, text, what):
+    m = re.search(pattern, text)
+    if not m:
+        raise BenchError("no %s in:\n%s" % (what, text[-2000:]))
+    return m
+
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        self.dir = tempfile.mkdtemp(prefix="moeft-bench-", dir="/dev/shm")
+        self.rows = []
+        self.kv_bytes = None
+
+    def row(self, measure, figure, goal=""):
+        self.rows.append((measure, figure, goal))
+        print("bench: %s: %s %s" % (measure, figure, goal), flush=True)
+
+    def preload_env(self, wal, window, kv_bytes):
+        for p in (wal, wal + ".kv"):
+            if os.path.exists(p):
+                os.remove(p)
+        shutil.rmtree(wal + ".restore", ignore_errors=True)
+        return dict(os.environ, LD_PRELOAD=os.path.abspath(self.a.lib), MOEFT_WAL=wal,
+                    MOEFT_WINDOW=str(window), MOEFT_PROFILE="torch",
+                    MOEFT_KV="size=%d" % kv_bytes, MOEFT_LOG="info")
+
+    def generate(self, args, env=None):
+        out, err = run(gen(args), env=env)
+        kv = fields(out, "kv")
+        if kv["own-allocations"] != kv["tensors"] or kv["other-allocations"] != "0":
+            raise BenchError("the KV tensors are not allocations of their own: %s" % kv)
+        return out, err
+
+    def throughput(self):
+        base = {}
+        for mode in ("eager", "graph"):
+            args = ["--mode", mode, "--steps", str(self.a.steps)]
+            out, _ = self.generate(args)
+            self.kv_bytes = int(fields(out, "kv")["tensor-bytes"])
+            base[mode] = float(fields(out, "times")["tok-s"])
+            self.row("decode, %s, without the preload" % mode, "%.0f tok/s" % base[mode])
+            for window in (16, 1):
+                wal = os.path.join(self.dir, "tput.wal")
+                out, _ = self.generate(args, self.preload_env(wal, window, self.kv_bytes))
+                tps = float(fields(out, "times")["tok-s"])
+                self.row("decode, %s, preload, MOEFT_WINDOW=%d" % (mode, window),
+                         "%.0f tok/s, **%.3fx**" % (tps, tps / base[mode]),
+                         ">= 0.99x" if window == 16 else "")
+                if mode == "eager" and window == 16:
+                    self.log_sizes(wal)
+
+    def log_sizes(self, wal):
+        out, _ = run([self.a.moeft, "inspect", "--wal", wal, "--json"])
+        inspect = json.loads(out)
+        dest = os.path.join(self.dir, "sizes.restore")
+        run([self.a.moeft, "restore", "--wal", wal, "--out", dest])
+        with open(os.path.join(dest, "manifest.json"), encoding="utf-8") as f:
+            windows = json.load(f)["routing"]["windows"]
+        shutil.rmtree(dest)
+        if not windows:
+            raise BenchError("%s: no committed decode window" % wal)
+        tokens = sum(w["steps"] for w in windows) * BATCH
+        types = inspect["types"]
+        self.row("log, eager, window 16: bytes per token",
+                 "%.0f B (routing %.0f B)" % (inspect["bytes"] / tokens,
+                                              types["routing"]["bytes"] / tokens))
+        self.row("log, eager, window 16: bytes per decode window",
+                 "%.0f B over %d windows; %.1f KV chunks per window" % (
+                     inspect["bytes"] / len(windows), len(windows),
+                     types.get("kvref", {}).get("count", 0) / len(windows)))
+
+    def pinned_h2d(self):
+        import torch
+        n = 1 << 30
+        host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+        dev = torch.empty(n, dtype=torch.uint8, device="cuda")
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        best = 0.0
+        for _ in range(5):
+            start.record()
+            dev.copy_(host, non_blocking=True)
+            end.record()
+            end.synchronize()
+            best = max(best, n / (start.elapsed_time(end) / 1e3) / 1e9)
+        self.gpu = torch.cuda.get_device_name()
+        return best
+
+    def rto(self, h2d):
+        a = self.a
+        args = ["--mode", a.rto_mode, "--kv-gib", str(a.kv_gib), "--prompt-len",
+                str(a.rto_prompt_len), "--steps", str(a.rto_steps)]
+        out, _ = self.generate(args)
+        kv = int(fields(out, "kv")["tensor-bytes"])
+        total_gib = kv * int(fields(out, "kv")["tensors"]) / (1 << 30)
+        fresh = {k: float(v) for k, v in fields(out, "times").items()}
+        step_s = fresh["decode-s"] / fresh["decode-steps"]
+
+        wal = os.path.join(self.dir, "rto.wal")
+        journal = os.path.join(self.dir, "rto.journal")
+        env = self.preload_env(wal, 16, kv)
+        with open(os.path.join(self.dir, "killed.err"), "w") as err:
+            p = subprocess.Popen(gen(args + ["--journal", journal]),
+                                 env=env, stdout=subprocess.DEVNULL, stderr=err)
+            deadline = time.time() + RUN_TIMEOUT
+            while p.poll() is None and time.time() < deadline and \
+                    whole_lines(journal) < a.kill_after:
+                time.sleep(0.01)
+            if p.poll() is not None:
+                raise BenchError("the run to kill ended first (exit %s)" % p.returncode)
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+        t0 = time.time()
+        del env["MOEFT_WAL"], env["LD_PRELOAD"]  # moeft restore sets them
+        out, err = run([a.moeft, "restore", "--wal", wal, "--preload", a.lib, "--"] +
+                       gen(args + ["--journal", journal]), env=env)
+        resumed = {k: float(v) for k, v in fields(out, "times").items()}
+        r = int(resumed["resumed-at"])
+        offline = grep(r"moeft restore: window .* ([0-9.]+) s, ([0-9]+) MB/s", err,
+                       "offline restore summary")
+        copy = grep(r"restore: ([0-9]+) bytes of KV restored in ([0-9.]+) s \(([0-9.]+) GB/s\)",
+                    err, "the preload's restore line")
+        rto = resumed["first"] - t0
+        # Without moeft: start again, prefill, decode steps 1 .. r.
+        recompute = fresh["first"] - fresh["start"] + r * step_s
+        self.row("restore copy into the GPU (preload), %.1f GiB" % (int(copy[1]) / (1 << 30)),
+                 "%s GB/s in %s s, **%.2fx** pinned H2D" % (
+                     copy[3], copy[2], float(copy[3]) / h2d), ">= 0.8x of pinned H2D")
+        self.row("offline restore (moeft restore, images into tmpfs)",
+                 "%.0f MB/s in %s s" % (float(offline[2]), offline[1]))
+        self.row("RTO with moeft, %.1f GiB KV, %s, resumed at step %d" % (
+                     total_gib, a.rto_mode, r),
+                 "%.2f s (restore %.2f s, start-up %.2f s, first step %.2f s)" % (
+                     rto, resumed["start"] - t0, resumed["ready"] - resumed["start"],
+                     resumed["first"] - resumed["ready"]))
+        self.row("RTO restarting and computing again (prefill + %d steps)" % r,
+                 "%.2f s (start-up %.2f s, prefill %.2f s, %.1f ms a step)" % (
+                     recompute, fresh["ready"] - fresh["start"], fresh["prefill-s"],
+                     step_s * 1e3))
+        self.row("RTO ratio", "**%.2fx**" % (recompute / rto), ">= 10x")
+        # The process's own start-up (imports, weights) is the same both ways.
+        own = resumed["ready"] - resumed["start"]
+        self.row("RTO ratio without the start-up both pay", "%.2fx (%.2f s against %.2f s)" % (
+            (recompute - (fresh["ready"] - fresh["start"])) / (rto - own),
+            recompute - (fresh["ready"] - fresh["start"]), rto - own))
+
+    def table(self):
+        lines = ["GPU: %s" % self.gpu, "", "| measure | figure | goal |", "|---|---|---|"]
+        lines += ["| %s | %s | %s |" % r for r in self.rows]
+        return "\n".join(lines) + "\n"
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--moeft", required=True)
+    p.add_argument("--lib", required=True)
+    p.add_argument("--steps", type=int, default=256)
+    p.add_argument("--kv-gib", type=float, default=4.0)
+    p.add_argument("--rto-prompt-len", type=int, default=2048)
+    p.add_argument("--rto-steps", type=int, default=96)
+    p.add_argument("--kill-after", type=int, default=60)
+    p.add_argument("--rto-mode", choices=("eager", "graph"), default="graph")
+    p.add_argument("--out")
+    a = p.parse_args(argv)
+    for path in (a.moeft, a.lib):
+        if not os.access(path, os.R_OK):
+            p.error("%s: not readable" % path)
+    if not 16 < a.kill_after < a.rto_steps:
+        p.error("--kill-after must be past the first window and before --rto-steps")
+    b = Bench(a)
+    try:
+        h2d = b.pinned_h2d()
+        b.row("pinned host-to-device copy (torch, 1 GiB)", "%.1f GB/s" % h2d)
+        b.throughput()
+        b.rto(h2d)
+    except (BenchError, subprocess.TimeoutExpired) as e:
+        print("bench: FAILED: %s" % e, file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(b.dir, ignore_errors=True)
+    table = b.table()
+    print(table)
+    if a.out:
+        with open(a.out, "w", encoding="utf-8") as f:
+            f.write(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

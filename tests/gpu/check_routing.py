@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""check_routing.py - the routing an offline `moeft restore --out DIR` wrote
+(DIR/routing.bin, DIR/manifest.json; layout in the README's "Restore
+output") against the serving program's truth file (formats.py).
+
+Usage: check_routing.py DIR TRUTH
+
+For every step of the decode windows the manifest lists, every layer of the
+truth and every token row, the ids logged must be the truth's top-k as a set
+(torch.topk may order them otherwise).  A step's layer may have several
+records, one per stream that ran it (the test serving program's two
+groups); each must match a run of consecutive truth rows, the records
+tiling the rows in any order.  Prints what it compared, or the first
+mismatch and the records of the steps around it.  Exit status: 0 all equal, 1 a
+mismatch or nothing compared, 2 an input that cannot be read.
+"""
+import collections
+import json
+import os
+import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import formats  # noqa: E402
+
+ROUTING_HDR = struct.Struct("<QIIHBBI")  # step, layer, tokens, k, id bytes, flags, experts
+ROUTING_GAP = 1  # a window's flag: routing was dropped
+
+
+class Record:
+    __slots__ = ("step", "layer", "tokens", "k", "flags", "experts", "rows")  # experts:
+    # the rule's count, or without one the largest id logged + 1
+
+
+def read_routing(path):
+    """routing.bin: records, each a u32 length and a ROUTING payload."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise formats.FormatError("%s: %s" % (path, e.strerror)) from e
+    records, at = [], 0
+    while at < len(data):
+        where = "%s: record %d at byte %d" % (path, len(records), at)
+        if at + 4 > len(data):
+            raise formats.FormatError(where + ": cut short in its length")
+        (n,) = struct.unpack_from("<I", data, at)
+        if n < ROUTING_HDR.size or at + 4 + n > len(data):
+            raise formats.FormatError(where + ": length %d does not fit" % n)
+        r = Record()
+        r.step, r.layer, r.tokens, r.k, width, r.flags, r.experts = \
+            ROUTING_HDR.unpack_from(data, at + 4)
+        if width not in (1, 2, 4) or r.tokens * r.k * width != n - ROUTING_HDR.size:
+            raise formats.FormatError(where + ": %d tokens x %d ids of %d bytes do not "
+                                      "make its %d bytes" % (r.tokens, r.k, width, n))
+        ids = struct.unpack_from("<%d%s" % (r.tokens * r.k, "BHI"[width // 2]),
+                                 data, at + 4 + ROUTING_HDR.size)
+        r.rows = [ids[i * r.k:(i + 1) * r.k] for i in range(r.tokens)]
+        records.append(r)
+        at += 4 + n
+    return records
+
+
+def read_manifest(path):
+    """routing.records and the decode windows (id, first_step, steps, flags)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            m = json.load(f)
+    except OSError as e:
+        raise formats.FormatError("%s: %s" % (path, e.strerror)) from e
+    except ValueError as e:
+        raise formats.FormatError("%s: not JSON: %s" % (path, e)) from e
+    routing = m.get("routing") if type(m) is dict else None
+    windows = routing.get("windows") if type(routing) is dict else None
+    if type(windows) is not list or type(routing.get("records")) is not int:
+        raise formats.FormatError('%s: want "routing": {"records": N, "windows": [...]}' % path)
+    for w in windows:
+        if type(w) is not dict or any(type(w.get(k)) is not int or w[k] < 0
+                                      for k in ("id", "first_step", "steps", "flags")):
+            raise formats.FormatError("%s: routing window %r: want integers id, first_step, "
+                                      "steps, flags" % (path, w))
+    return routing["records"], windows
+
+
+def layout(records, steps):
+    """How the logged records of these steps look: layers per step."""
+    per_step = collections.defaultdict(list)
+    for r in records:
+        if r.step in steps:
+            per_step[r.step].append("%d(%dx%d)" % (r.layer, r.tokens, r.k))
+    return "; ".join("step %d: layers %s" % (s, " ".join(per_step[s]) or "none")
+                     for s in sorted(steps))
+
+
+def tile(recs, want):
+    """Match each record of a step and layer to a run of the truth's rows,
+    the records in any order (each stream logs its own).  None when they
+    tile the rows; else (truth row, logged row) of the first mismatch, the
+    logged row from the record that matches the most rows there."""
+    left, at = list(recs), 0
+    while left:
+        def matching(r):
+            return next((i for i, (g, w) in enumerate(zip(r.rows, want[at:]))
+                         if sorted(g) != sorted(w)), r.tokens)
+        best = max(left, key=matching)
+        n = matching(best)
+        if n < best.tokens:
+            return at + n, best.rows[n]
+        left.remove(best)
+        at += n
+    return None
+
+
+def compare(records, windows, head, truth):
+    """(compared rows, steps compared, first mismatch or None)."""
+    covered = sorted({s for w in windows for s in range(w["first_step"],
+                                                        w["first_step"] + w["steps"])})
+    for w in windows:
+        if w["flags"] & ROUTING_GAP:
+            return 0, [], "window %d (steps %d-%d): its routing was dropped (flags %d)" % (
+                w["id"], w["first_step"], w["first_step"] + w["steps"] - 1, w["flags"])
+    logged = collections.defaultdict(list)
+    for r in records:
+        logged[(r.step, r.layer)].append(r)
+    known = set(covered)
+    for r in records:
+        if r.step not in known or r.layer >= head["layers"]:
+            return 0, [], "a record of step %d layer %d: %s (the model has %d layers)" % (
+                r.step, r.layer, "not a step of the windows" if r.step not in known
+                else "no such layer", head["layers"])
+    rows_compared = 0
+    for step in covered:
+        if step not in truth:
+            return rows_compared, [], "step %d: not in the truth file" % step
+        for layer, want in enumerate(truth[step]):
+            recs = logged.get((step, layer), [])
+            got = sum(r.tokens for r in recs)
+            if got != len(want):
+                return rows_compared, [step], "step %d layer %d: %d rows logged in %d records, " \
+                    "the truth has %d" % (step, layer, got, len(recs), len(want))
+            bad = tile(recs, want)
+            if bad:
+                return rows_compared, [step], "step %d layer %d row %d: logged %s, the " \
+                    "truth's top-%d is %s" % (step, layer, bad[0], sorted(bad[1]),
+                                              head["topk"], sorted(want[bad[0]]))
+            rows_compared += len(want)
+    return rows_compared, covered, None
+
+
+def main(argv):
+    if len(argv) != 2:
+        print("usage: check_routing.py DIR TRUTH", file=sys.stderr)
+        return 2
+    out, truth_path = argv
+    try:
+        want_records, windows = read_manifest(os.path.join(out, "manifest.json"))
+        records = read_routing(os.path.join(out, "routing.bin"))
+        head, truth = formats.truth_read(truth_path)
+    except formats.FormatError as e:
+        print("check_routing: %s" % e, file=sys.stderr)
+        return 2
+    if len(records) != want_records:
+        print("check_routing: routing.bin holds %d records, the manifest says %d"
+              % (len(records), want_records), file=sys.stderr)
+        return 2
+    rows, steps, bad = compare(records, windows, head, truth)
+    if bad:
+        print("check_routing: MISMATCH: %s" % bad)
+        if steps:
+            around = {s for s in range(steps[0] - 1, steps[0] + 2)}
+            print("check_routing: logged around it: %s" % layout(records, around))
+        return 1
+    if not rows:
+        print("check_routing: nothing compared (%d windows, %d records)"
+              % (len(windows), len(records)))
+        return 1
+    print("check_routing: OK: steps %d-%d (%d steps in %d windows), %d layers, %d token rows "
+          "of %d ids: every logged set is the truth's" % (
+              steps[0], steps[-1], len(steps), len(windows), head["layers"], rows, head["topk"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
