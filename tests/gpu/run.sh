@@ -12,10 +12,12 @@
 #              KV right before the first resumed step R against the
 #              reference as of step R-1 (check_kv.py), its tokens and
 #              journal against the reference's
+#   kernels    test_kernels_gpu: moeft's kernels, from the image the preload
+#              loads, against their host references on fresh random inputs
 #   serve      tests/restore/kill.sh with build-gpu's serve_cuda
 #   sanitizer  compute-sanitizer memcheck on serve_cuda under the preload
 #   bench      tests/gpu/bench.py: the figures table
-#   all        the four, in that order
+#   all        the five, in that order
 #   build      nothing but the build (every part builds first)
 #
 # Usage, from the repository root: bash tests/gpu/run.sh PART...
@@ -32,9 +34,9 @@ parts=("$@")
 [[ ${#parts[@]} == 0 ]] && parts=(all)
 for p in "${parts[@]}"; do
 	case $p in
-	build|checks|serve|sanitizer|bench) ;;
-	all) parts=(checks serve sanitizer bench) ;;
-	*) echo "run.sh: unknown part '$p' (build, checks, serve, sanitizer, bench, all)" >&2
+	build|checks|kernels|serve|sanitizer|bench) ;;
+	all) parts=(checks kernels serve sanitizer bench) ;;
+	*) echo "run.sh: unknown part '$p' (build, checks, kernels, serve, sanitizer, bench, all)" >&2
 	   exit 2 ;;
 	esac
 done
@@ -80,7 +82,8 @@ build_moeft() {
 	export PATH
 	{
 		[[ -f $build/build.ninja ]] || meson setup "$build" -Dcuda=enabled
-		ninja -C "$build" tools/moeft shim/libmoeft.so tests/serve/serve_cuda
+		ninja -C "$build" tools/moeft shim/libmoeft.so tests/serve/serve_cuda \
+			tests/gpu/test_kernels_gpu
 	} >"$logdir/build.log" 2>&1 || { tail -30 "$logdir/build.log"; exit 1; }
 	{
 		nvidia-smi -L
@@ -242,6 +245,13 @@ part_checks() {
 	done
 }
 
+# ---- kernels --------------------------------------------------------------------
+
+kernels() {
+	"$build/tests/gpu/test_kernels_gpu" | tee "$work/kernels.out"
+	say "$(head -1 "$work/kernels.out" | sed 's/^test_kernels_gpu: //'): $(tail -1 "$work/kernels.out")"
+}
+
 # ---- serve_cuda --------------------------------------------------------------
 
 serve_kills() {
@@ -280,6 +290,7 @@ for p in "${parts[@]}"; do
 	case $p in
 	build) ;;
 	checks) part_checks ;;
+	kernels) check kernels "test_kernels_gpu" kernels ;;
 	serve) check serve "tests/restore/kill.sh, serve_cuda" serve_kills ;;
 	sanitizer)
 		check sanitizer "memcheck, serve_cuda eager" sanitize eager
