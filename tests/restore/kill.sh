@@ -26,7 +26,9 @@ fail() {
 
 # A random delay in seconds, under $1 milliseconds.
 delay() {
-	printf '0.%03d' $((RANDOM % $1))
+	local ms=$((RANDOM % $1))
+
+	printf '%d.%03d' $((ms / 1000)) $((ms % 1000))
 }
 
 # The journal's steps: what the killed process had finished.
@@ -44,11 +46,20 @@ for mode in eager graph; do
 	args="--mode=$mode --steps=$steps"
 	"$serve" $args >"$dir/want.$mode" || fail "$mode: the uninterrupted run failed"
 done
-# The time of one run under the preload, to aim the kills.
-start=$(date +%s%N)
-MOEFT_WAL="$dir/time.wal" LD_PRELOAD="$lib" "$serve" --steps=$steps --journal="$dir/time.j" \
-	>/dev/null || fail "a run under the preload failed"
-span=$((($(date +%s%N) - start) / 1000000 + 1))
+# The time of a run under the preload, and of its decode alone (the run
+# less one of a single step: the log's creation), to aim the kills.
+ms_of() {
+	local start
+
+	start=$(date +%s%N)
+	rm -f "$dir/time.wal" "$dir/time.wal.kv"
+	MOEFT_WAL="$dir/time.wal" LD_PRELOAD="$lib" "$serve" --steps=$1 --journal="$dir/time.j" \
+		>/dev/null || fail "a run under the preload failed"
+	echo $((($(date +%s%N) - start) / 1000000 + 1))
+}
+span=$(ms_of $steps)
+decode=$((span - $(ms_of 1)))
+[ $decode -gt 0 ] || decode=1
 
 i=0
 while [ $i -lt "$kills" ]; do
@@ -61,7 +72,16 @@ while [ $i -lt "$kills" ]; do
 	MOEFT_WAL="$wal" LD_PRELOAD="$lib" "$serve" $args --journal="$journal" \
 		>/dev/null 2>"$dir/err" &
 	pid=$!
-	sleep "$(delay "$span")"
+	# One kill in four at any moment from the start; the others once the
+	# first step is out, somewhere in the decode.
+	if [ $((RANDOM % 4)) != 0 ]; then
+		while [ ! -s "$journal" ] && kill -0 $pid 2>/dev/null; do
+			sleep 0.001
+		done
+		sleep "$(delay "$decode")"
+	else
+		sleep "$(delay "$span")"
+	fi
 	kill -9 $pid 2>/dev/null
 	{ wait $pid; } 2>/dev/null
 	i=$((i + 1))
