@@ -5,9 +5,11 @@
 
 #include "clock.h"
 
-/* A lane's count of routing launches and the key its step began with. */
+/* A lane's count of routing launches, the key its step began with and the
+ * rows of the step's first routing launch. */
 struct count {
 	uint64_t first_key;     /* 0: none yet */
+	uint64_t first_rows;    /* 0: none yet */
 	uint32_t routing;
 };
 
@@ -16,6 +18,8 @@ struct lane {
 	int64_t step;           /* latest process step it took part in; -1: none */
 	int kv;                 /* it has written KV: routing keys no longer count */
 	int capturing;
+	uint32_t layers;        /* routing launches of its last step that a key or
+				   a row count ended: the model's MoE layers */
 	struct count live, captured;
 };
 
@@ -111,6 +115,7 @@ static void start_step(struct clock *c, struct lane *l, uint64_t key,
 	t->lane_first = l->step < 0;
 	l->step = c->step;
 	l->live.first_key = key;
+	l->live.first_rows = 0;
 	l->live.routing = 0;
 	t->new_step = 1;
 }
@@ -124,6 +129,26 @@ static int keyed_start(struct count *n, uint64_t key)
 		return 0;
 	}
 	return key == n->first_key;
+}
+
+/*
+ * Whether a routing launch of rows token rows starts a step of a lane that
+ * never wrote KV: its key is the one the step began with; or its row count
+ * is not the step's (every layer of a forward pass routes the same tokens:
+ * a prefill's then a decode's); or the step has as many routing launches
+ * as the last step those two ended (a caching allocator may hand the first
+ * layer a new buffer each step, so its key never comes round again).
+ */
+static int routing_starts(struct lane *l, uint64_t key, uint64_t rows)
+{
+	struct count *n = &l->live;
+
+	if (keyed_start(n, key) || (rows && n->first_rows && rows != n->first_rows)) {
+		if (n->routing)
+			l->layers = n->routing;
+		return 1;
+	}
+	return l->layers && n->routing >= l->layers;
 }
 
 static void hit_captured(struct lane *l, int kind, uint64_t key, struct clk_tick *t)
@@ -150,7 +175,7 @@ static void hit_captured(struct lane *l, int kind, uint64_t key, struct clk_tick
 	}
 }
 
-static void hit_live(struct clock *c, struct lane *l, int kind, uint64_t key,
+static void hit_live(struct clock *c, struct lane *l, int kind, uint64_t key, uint64_t rows,
 		     const struct clk_thread *th, struct clk_tick *t)
 {
 	switch (kind) {
@@ -168,16 +193,18 @@ static void hit_live(struct clock *c, struct lane *l, int kind, uint64_t key,
 			start_step(c, l, key, th, t);
 		break;
 	case CLK_ROUTING:
-		if (l->step < 0 || (!l->kv && keyed_start(&l->live, key)))
+		if (l->step < 0 || (!l->kv && routing_starts(l, key, rows)))
 			start_step(c, l, l->kv ? l->live.first_key : key, th, t);
+		if (!l->live.first_rows)
+			l->live.first_rows = rows;
 		t->layer = l->live.routing++;
 		break;
 	}
 	t->step = (uint64_t)l->step;
 }
 
-int clk_hit(struct clock *c, uint64_t lane, int kind, uint64_t key, int capturing,
-	    const struct clk_thread *th, struct clk_tick *t)
+int clk_hit(struct clock *c, uint64_t lane, int kind, uint64_t key, uint64_t rows,
+	    int capturing, const struct clk_thread *th, struct clk_tick *t)
 {
 	struct lane *l = lane_of(c, lane);
 
@@ -190,7 +217,7 @@ int clk_hit(struct clock *c, uint64_t lane, int kind, uint64_t key, int capturin
 	if (capturing)
 		hit_captured(l, kind, key, t);
 	else
-		hit_live(c, l, kind, key, th, t);
+		hit_live(c, l, kind, key, rows, th, t);
 	return 0;
 }
 

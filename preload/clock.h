@@ -12,7 +12,9 @@
  *    key the lane's current step began with: the forward pass came round
  *    to its first layer again;
  *  - on a lane that has never written KV, the same with routing launches
- *    keyed by their ids pointer.
+ *    keyed by their ids pointer; also a routing launch whose row count is
+ *    not that of the step's first one, and one that finds the step holding
+ *    as many as the last step those ended (routing_starts in clock.c).
  * A routing launch's layer is its ordinal among the routing launches of
  * its lane's step.
  *
@@ -69,10 +71,11 @@ struct clock;
 struct clock *clk_create(unsigned window);
 void clk_destroy(struct clock *c);
 
-/* A launch of kind on lane by thread th.  Returns 0 with *t filled, or -1
- * when the lane is new and CLK_MAX_LANES lanes are known (nothing changed). */
-int clk_hit(struct clock *c, uint64_t lane, int kind, uint64_t key, int capturing,
-	    const struct clk_thread *th, struct clk_tick *t);
+/* A launch of kind on lane by thread th; rows: a routing launch's token
+ * rows (0: unknown).  Returns 0 with *t filled, or -1 when the lane is new
+ * and CLK_MAX_LANES lanes are known (nothing changed). */
+int clk_hit(struct clock *c, uint64_t lane, int kind, uint64_t key, uint64_t rows,
+	    int capturing, const struct clk_thread *th, struct clk_tick *t);
 
 /* Lanes whose latest step is `since` or later, at most max of them, into
  * lanes[]: those that took part in the window beginning at `since`. */

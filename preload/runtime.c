@@ -976,7 +976,8 @@ static int tick(void *stream, int kind, uint64_t key, const struct rule_hit *h,
 	pthread_mutex_lock(&cap.win_lock);
 	if (h && h->kind == RULE_KV)
 		pools_of_hit(h);
-	if (clk_hit(cap.clock, (uintptr_t)stream, kind, key, capturing, &th, t) < 0) {
+	if (clk_hit(cap.clock, (uintptr_t)stream, kind, key, h ? h->rows : 0, capturing, &th,
+		    t) < 0) {
 		if (first_time(ONCE_LANES))
 			rt_log(WAL_LOG_WARN, "more than %u streams launch captured kernels; later "
 			       "ones are not captured", CLK_MAX_LANES);

@@ -16,7 +16,7 @@ static struct clk_tick hit(struct clock *c, uint64_t lane, int kind, uint64_t ke
 {
 	struct clk_tick t;
 
-	CU_ASSERT_EQUAL_FATAL(clk_hit(c, lane, kind, key, cap, &me, &t), 0);
+	CU_ASSERT_EQUAL_FATAL(clk_hit(c, lane, kind, key, 0, cap, &me, &t), 0);
 	return t;
 }
 
@@ -97,10 +97,10 @@ static void test_syncs(void)
 	me.syncs++;
 	CU_ASSERT_EQUAL(eager_step(c, A, &boundary), 2);
 	CU_ASSERT_EQUAL(eager_step(c, B, &boundary), 2);
-	CU_ASSERT_EQUAL(clk_hit(c, 0xc, CLK_GRAPH, 0, 0, &other, &t), 0);
+	CU_ASSERT_EQUAL(clk_hit(c, 0xc, CLK_GRAPH, 0, 0, 0, &other, &t), 0);
 	CU_ASSERT_EQUAL(t.step, 2);
 	other.syncs++;
-	CU_ASSERT_EQUAL(clk_hit(c, 0xc, CLK_GRAPH, 0, 0, &other, &t), 0);
+	CU_ASSERT_EQUAL(clk_hit(c, 0xc, CLK_GRAPH, 0, 0, 0, &other, &t), 0);
 	CU_ASSERT_EQUAL(t.step, 3);
 	me = mine;
 	clk_destroy(c);
@@ -131,6 +131,45 @@ static void test_routing_keys(void)
 	t = hit(c, A, CLK_KV, 0x7000, 0);
 	CU_ASSERT_EQUAL(t.new_step, 1);
 	CU_ASSERT_EQUAL(t.step, 5);
+	clk_destroy(c);
+}
+
+static struct clk_tick routed(struct clock *c, uint64_t key, uint64_t rows)
+{
+	struct clk_tick t;
+
+	CU_ASSERT_EQUAL_FATAL(clk_hit(c, A, CLK_ROUTING, key, rows, 0, &me, &t), 0);
+	return t;
+}
+
+/* Eager PyTorch: no KV rule, a prefill over 8 rows a token, then decode
+ * steps of 2 rows whose layer-0 ids buffer is not the prefill's, and, from
+ * step 3 on, a new one every step.  The row count ends the prefill; the
+ * prefill's layer count (4) then ends every step whose key never repeats. */
+static void test_routing_rows_and_layers(void)
+{
+	struct clock *c = clk_create(16);
+	struct clk_tick t;
+	unsigned s, l;
+
+	for (l = 0; l < 4; l++) {
+		t = routed(c, 0x100 + l, 8);
+		CU_ASSERT_EQUAL(t.new_step, l == 0);
+		CU_ASSERT_EQUAL(t.step, 0);
+	}
+	for (s = 1; s < 8; s++)
+		for (l = 0; l < 4; l++) {
+			t = routed(c, s < 3 ? 0x200 + l : 0x1000 * s + l, 2);
+			CU_ASSERT_EQUAL(t.new_step, l == 0);
+			CU_ASSERT_EQUAL(t.step, s);
+			CU_ASSERT_EQUAL(t.layer, l);
+		}
+	/* A prefill again (new rows) after three of the four layers: a step. */
+	for (l = 0; l < 3; l++)
+		routed(c, 0x9000 + l, 2);
+	t = routed(c, 0x100, 8);
+	CU_ASSERT_EQUAL(t.new_step, 1);
+	CU_ASSERT_EQUAL(t.step, 9);
 	clk_destroy(c);
 }
 
@@ -195,11 +234,11 @@ static void test_limits(void)
 
 	CU_ASSERT_PTR_NULL(clk_create(0));
 	for (lane = 1; lane <= CLK_MAX_LANES; lane++)
-		CU_ASSERT_EQUAL(clk_hit(c, lane, CLK_GRAPH, 0, 0, &me, &t), 0);
-	CU_ASSERT_EQUAL(clk_hit(c, lane, CLK_GRAPH, 0, 0, &me, &t), -1);
+		CU_ASSERT_EQUAL(clk_hit(c, lane, CLK_GRAPH, 0, 0, 0, &me, &t), 0);
+	CU_ASSERT_EQUAL(clk_hit(c, lane, CLK_GRAPH, 0, 0, 0, &me, &t), -1);
 	CU_ASSERT_EQUAL(t.new_step, 0);
 	/* Window 1: every new process step ends a window. */
-	CU_ASSERT_EQUAL(clk_hit(c, 1, CLK_GRAPH, 0, 0, &me, &t), 0);
+	CU_ASSERT_EQUAL(clk_hit(c, 1, CLK_GRAPH, 0, 0, 0, &me, &t), 0);
 	CU_ASSERT_EQUAL(t.step, 1);
 	CU_ASSERT_EQUAL(t.boundary, 1);
 	clk_destroy(c);
@@ -212,6 +251,7 @@ int main(void)
 		{ "lanes join the process step", test_lanes_join },
 		{ "a thread's syncs end its step", test_syncs },
 		{ "routing keys without KV", test_routing_keys },
+		{ "routing rows and layer counts", test_routing_rows_and_layers },
 		{ "captures, graph launches, markers", test_capture_and_graphs },
 		{ "resume after a restored step", test_resume },
 		{ "lane limit, window 1", test_limits },
