@@ -32,7 +32,8 @@ static struct {
 	void *side, *done, *events[CLK_MAX_LANES];
 	struct kv_stage *stage;     /* host view; NULL until the first boundary */
 	uint64_t stage_dev;
-	size_t stage_len;
+	uint64_t stage_len;
+	uint64_t refused;           /* a staging size the driver could not pin */
 	atomic_int busy;
 	atomic_int armed;           /* done is recorded for the busy boundary */
 	atomic_uint npools;         /* pools[] below it are published */
@@ -135,15 +136,41 @@ static int open_streams(char *why, size_t whylen)
 	return 0;
 }
 
-/* Staging for all of the live pools' bytes, their table and alignment,
- * within [SNAP_STAGE_MIN, _MAX]: made or grown while not busy (the caller
- * checked). */
-static int size_stage(char *why, size_t whylen)
+/* Pinned staging of len bytes, its table set up for min_chunk chunks:
+ * 0, or -1 (nothing changed) when the driver has no pinned memory that
+ * large. */
+static int new_stage(uint64_t len, uint64_t min_chunk)
 {
-	uint64_t want = sizeof(struct kv_stage), min_chunk = 0;
-	unsigned i;
 	void *host;
 	uint64_t dev;
+
+	if (rt_dev_host_alloc(len, &host, &dev) != 0)
+		return -1;
+	if (kv_stage_init(host, len, min_chunk) < 0) {	/* never past SNAP_STAGE_MIN */
+		rt_dev_host_free(host);
+		return -1;
+	}
+	if (sn.stage)
+		rt_dev_host_free(sn.stage);
+	sn.stage = host;
+	sn.stage_dev = dev;
+	sn.stage_len = len;
+	return 0;
+}
+
+/*
+ * Staging for all of the live pools' bytes, their table and alignment (at
+ * least SNAP_STAGE_MIN), so that no window is ever short of room: made or
+ * grown while not busy (the caller checked).  When the driver has no pinned
+ * memory that large, halves of it down to SNAP_STAGE_MIN, and one warning:
+ * a window that changes more than that is committed KV-partial, which a
+ * restore refuses.  A size refused once is not asked for again.
+ */
+static int size_stage(char *why, size_t whylen)
+{
+	static int warned;
+	uint64_t want = sizeof(struct kv_stage), min_chunk = 0, len;
+	unsigned i;
 
 	for (i = 0; i < sn.npools; i++)
 		if (atomic_load(&sn.pools[i].live)) {
@@ -157,23 +184,28 @@ static int size_stage(char *why, size_t whylen)
 	want += 64 * sizeof(struct kv_stage_entry) + KVSNAP_ALIGN;
 	if (!min_chunk)
 		min_chunk = KVSNAP_MIN_CHUNK;	/* no pool yet: any table will do */
-	want = want < SNAP_STAGE_MIN ? SNAP_STAGE_MIN : want > SNAP_STAGE_MAX ? SNAP_STAGE_MAX : want;
-	if (sn.stage && sn.stage_len >= want)
+	if (want < SNAP_STAGE_MIN)
+		want = SNAP_STAGE_MIN;
+	if ((sn.stage && sn.stage_len >= want) || want == sn.refused)
 		return 0;
-	if (check(rt_dev_host_alloc(want, &host, &dev), "allocating pinned staging", why,
-		  whylen))
-		return sn.stage ? 0 : -1;	/* keep the smaller one */
-	if (kv_stage_init(host, want, min_chunk) < 0) {
-		rt_dev_host_free(host);
-		snprintf(why, whylen, "a staging area of %llu bytes is too small",
-			 (unsigned long long)want);
-		return -1;
+	for (len = want; new_stage(len, min_chunk) < 0; len /= 2)
+		if (len / 2 < SNAP_STAGE_MIN || len / 2 <= sn.stage_len) {
+			if (sn.stage) {
+				len = sn.stage_len;	/* keep the smaller one */
+				break;
+			}
+			snprintf(why, whylen, "no pinned host memory for a staging area of "
+				 "%llu bytes", (unsigned long long)len);
+			return -1;
+		}
+	if (len < want) {
+		sn.refused = want;
+		if (!warned++)
+			rt_log(WAL_LOG_WARN, "capture: pinned staging of %llu MiB, less than the "
+			       "%llu MiB of the KV pools: a window changing more is committed "
+			       "KV-partial, and a restore refuses it", (unsigned long long)(len >> 20),
+			       (unsigned long long)(want >> 20));
 	}
-	if (sn.stage)
-		rt_dev_host_free(sn.stage);
-	sn.stage = host;
-	sn.stage_dev = dev;
-	sn.stage_len = want;
 	return 0;
 }
 

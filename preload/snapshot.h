@@ -35,7 +35,6 @@
 #include "kvsnap.h"
 
 #define SNAP_STAGE_MIN (UINT64_C(1) << 20)
-#define SNAP_STAGE_MAX (UINT64_C(256) << 20)
 
 /* A KV pool to snapshot: the allocation [base, base + size), in chunks of
  * chunk bytes, numbered pool_no in the KV store.  0, or WAL_EFULL. */

@@ -10,7 +10,7 @@
 # graphs captured on a side stream and replayed on another, other windows
 # and layouts, and fail-open runs: the capture kernels
 # missing from the fixture, a log too small for the windows, a bad
-# variable.  Each prints what the plain run prints.
+# variable, pinned memory short of the KV pools.  Each prints what the plain run prints.
 set -eu
 
 lib=$1 serve=$2 checker=$3
@@ -109,6 +109,23 @@ MOEFT_WAL="$dir/full.wal" MOEFT_WAL_SIZE=1M MOEFT_WINDOW=64 LD_PRELOAD="$lib" \
 cmp -s "$dir/plain-big" "$dir/full" || fail "full log: output differs"
 [ "$(grep -c 'cannot commit the window of steps 0-63' "$dir/full.err")" = 1 ] ||
 	fail "full log: want one 'cannot commit' line, got: $(cat "$dir/full.err")"
+# Pinned memory short of the KV pools' 17 MiB (the fixture refuses pinned
+# allocations over 5 MiB; the ring takes 4): the staging is halved until
+# the driver gives it (one warning), the program runs on unchanged, and
+# the windows that changed more than it holds are flagged KV-partial.
+args="--layers=16 --seqs=64 --steps=64 --hidden=128"
+"$serve" $args >"$dir/plain-pinned"
+FIXTURE_PINNED_MAX=$((5 << 20)) MOEFT_WAL="$dir/pinned.wal" LD_PRELOAD="$lib" \
+	"$serve" $args --truth="$dir/pinned.truth" >"$dir/pinned" 2>"$dir/pinned.err" ||
+	fail "short pinned memory: run failed"
+cmp -s "$dir/plain-pinned" "$dir/pinned" || fail "short pinned memory: output differs"
+[ "$(grep -c 'pinned staging of 4 MiB, less than the 17 MiB of the KV pools' \
+	"$dir/pinned.err")" = 1 ] ||
+	fail "short pinned memory: want one staging warning, got: $(cat "$dir/pinned.err")"
+"$checker" "$dir/pinned.truth" "$dir/pinned.wal" eager 16 2>"$dir/pinned.check" &&
+	fail "short pinned memory: check_windows passed a log of KV-partial windows"
+grep -q 'flags 0x2, want 0' "$dir/pinned.check" ||
+	fail "short pinned memory: $(cat "$dir/pinned.check")"
 # Routing only (a profile without KV rules): steps come from the routing
 # launches' ids pointers; windows commit with no KV chunks.
 grep '4vllm3moe10topkGatingI' "$(dirname "$0")/../../preload/profiles_builtin.c" >/dev/null ||
