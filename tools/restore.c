@@ -15,7 +15,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -55,7 +57,8 @@ struct restore {
 	struct state s;
 	struct image *img;              /* per s.pool */
 	uint64_t bytes, chunks, lost, routing;
-	unsigned lost_named;
+	unsigned lost_named;            /* under lock, with done and shown */
+	pthread_mutex_t lock;           /* the image writers' shared lines */
 	char problem[MAX_PROBLEMS][192];/* why the exit status is 1 */
 	unsigned nproblem;
 	int quiet;                      /* no summary (restore_offline) */
@@ -230,11 +233,13 @@ static int add_lost(struct restore *rs, struct image *im, const struct state_poo
 		im->lost = l;
 	}
 	im->lost[im->nlost++] = chunk;
+	pthread_mutex_lock(&rs->lock);
 	if (rs->lost_named++ < LOST_LINES)
 		fprintf(stderr, "moeft restore: pool %" PRIu32 " chunk %" PRIu64 " lost (bytes %"
 			PRIu64 "-%" PRIu64 " of %s are zeros): %s\n", p->no, chunk,
 			chunk * p->info.d.chunk_bytes,
 			chunk * p->info.d.chunk_bytes + state_chunk_len(p, chunk) - 1, im->file, why);
+	pthread_mutex_unlock(&rs->lock);
 	return 0;
 }
 
@@ -244,14 +249,18 @@ static int add_lost(struct restore *rs, struct image *im, const struct state_poo
 /* After each chunk: the progress line, redrawn at each percent. */
 static void progress(struct restore *rs, uint64_t len)
 {
-	rs->done += len;
-	if (!rs->total || rs->done - rs->shown < rs->total / 100 + 1)
+	if (!rs->total)
 		return;
-	rs->shown = rs->done;
-	fprintf(stderr, "\rmoeft restore: %3u%% of %" PRIu64 " MiB", (unsigned)(rs->done * 100 /
-		rs->total), rs->total >> 20);
-	if (rs->done >= rs->total)
-		fputs("\r\033[K", stderr);
+	pthread_mutex_lock(&rs->lock);
+	rs->done += len;
+	if (rs->done - rs->shown >= rs->total / 100 + 1) {
+		rs->shown = rs->done;
+		fprintf(stderr, "\rmoeft restore: %3u%% of %" PRIu64 " MiB",
+			(unsigned)(rs->done * 100 / rs->total), rs->total >> 20);
+		if (rs->done >= rs->total)
+			fputs("\r\033[K", stderr);
+	}
+	pthread_mutex_unlock(&rs->lock);
 }
 
 /* kv-pool-N.bin: the pool's bytes as of C, lost and unwritten chunks as
@@ -286,12 +295,61 @@ static int write_image(struct restore *rs, const struct state_pool *p, struct im
 			err = ENOMEM;
 		im->crc = crc32c_zeros(im->crc, len);
 	}
-	if ((err = tmp_commit(rs, f, tmp, im->file, err)))
-		return err;
-	rs->bytes += p->info.d.size;
-	rs->chunks += p->info.nchunks;
-	rs->lost += im->nlost;
-	return 0;
+	return tmp_commit(rs, f, tmp, im->file, err);
+}
+
+/*
+ * The images are written by up to this many threads, a pool each at a
+ * time: the work (checking each chunk's CRC, faulting in the files' pages)
+ * grows with the cores put to it.
+ */
+#define IMAGE_THREADS 16
+
+struct image_jobs {
+	struct restore *rs;
+	atomic_uint next;       /* the next pool to take */
+	atomic_int ret;         /* the first failure; 0 while none */
+};
+
+static void *image_worker(void *arg)
+{
+	struct image_jobs *j = arg;
+	struct restore *rs = j->rs;
+	unsigned i;
+	int ret, none;
+
+	while (!atomic_load(&j->ret) && (i = atomic_fetch_add(&j->next, 1)) < rs->s.npools)
+		if ((ret = write_image(rs, &rs->s.pool[i], &rs->img[i]))) {
+			none = 0;
+			atomic_compare_exchange_strong(&j->ret, &none, ret);
+		}
+	return NULL;
+}
+
+/* Every pool's image, by as many threads as there are pools and cores. */
+static int write_images(struct restore *rs)
+{
+	struct image_jobs j = { .rs = rs };
+	pthread_t t[IMAGE_THREADS - 1];
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned want = rs->s.npools, started = 0, i;
+
+	if (cpus > 0 && want > (unsigned long)cpus)
+		want = (unsigned)cpus;
+	if (want > IMAGE_THREADS)
+		want = IMAGE_THREADS;
+	/* A thread that cannot be made leaves its share to the others. */
+	while (started + 1 < want && pthread_create(&t[started], NULL, image_worker, &j) == 0)
+		started++;
+	image_worker(&j);
+	for (i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+	for (i = 0; i < rs->s.npools; i++) {
+		rs->bytes += rs->s.pool[i].info.d.size;
+		rs->chunks += rs->s.pool[i].info.nchunks;
+		rs->lost += rs->img[i].nlost;
+	}
+	return atomic_load(&j.ret);
 }
 
 /* routing.bin: each ROUTING payload after its length, u32 little-endian. */
@@ -649,9 +707,8 @@ static int run(struct restore *rs)
 	if (rs->quiet || rs->total < PROGRESS_MIN || !isatty(STDERR_FILENO))
 		rs->total = 0;
 	t = now();
-	for (unsigned i = 0; i < rs->s.npools; i++)
-		if ((ret = write_image(rs, &rs->s.pool[i], &rs->img[i])))
-			return ret;
+	if ((ret = write_images(rs)))
+		return ret;
 	rs->images_s = now() - t;
 	if (rs->lost_named > LOST_LINES)
 		fprintf(stderr, "moeft restore: and %u more lost chunks (manifest.json lists them)\n",
@@ -742,6 +799,7 @@ static void restore_free(struct restore *rs)
 int restore_offline(const char *wal, const char *out, struct restore_stats *st)
 {
 	struct restore rs = { .cmd = &cmd_restore, .wal = wal, .out = out, .dir = -1,
+			      .lock = PTHREAD_MUTEX_INITIALIZER,
 			      .quiet = 1 };
 	double t0 = now();
 	int ret = run(&rs);
@@ -765,7 +823,7 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 		{ NULL, 0, NULL, 0 }
 	};
 	struct cli_opts o = { .cmd = cmd };
-	struct restore rs = { .cmd = cmd, .dir = -1 };
+	struct restore rs = { .cmd = cmd, .dir = -1, .lock = PTHREAD_MUTEX_INITIALIZER };
 	char preload[PATH_MAX], out[PATH_MAX];
 	const char *lib = NULL;
 	struct stat st;
