@@ -2,7 +2,7 @@
  * alloc_table.h - the live device allocations of the serving process.
  *
  * The interposer records every device allocation here (base, size, API,
- * call-site fingerprint) and looks pointers up at kernel launches to learn
+ * call-site fingerprint, fingerprint.h) and looks pointers up at kernel launches to learn
  * which allocation, e.g. which KV pool, they point into.  After a crash,
  * restore matches the fresh process's allocations to the crashed one's by
  * (fingerprint, size, ordinal) instead of by address, which ASLR and the
@@ -13,7 +13,7 @@
  * lock: they read under a sequence counter and retry if a writer ran.
  * Writers (insert, remove, map, unmap, set_role) serialise on a mutex.
  *
- * Pure C + libunwind: no CUDA header.  API values and roles are logged in
+ * Pure C: no CUDA header.  API values and roles are logged in
  * ALLOC records: their numbers are part of the log format, never renumber.
  */
 #ifndef MOEFT_ALLOC_TABLE_H
@@ -41,7 +41,7 @@ struct alloc_info {
 	uint64_t alloc_id;      /* 1, 2, 3, ... in insertion order, never reused */
 	uint64_t base;
 	uint64_t size;          /* > 0; base + size does not wrap */
-	uint64_t fingerprint;   /* call site, see fingerprint_callsite() */
+	uint64_t fingerprint;   /* call site (fingerprint.h) */
 	uint64_t handle;        /* ALLOC_API_VMM: the cuMemCreate handle; else 0 */
 	uint32_t ordinal;       /* see at_insert() */
 	uint16_t api;           /* enum alloc_api */
@@ -143,30 +143,5 @@ int at_unmap(struct alloc_table *at, uint64_t va, uint64_t size, struct alloc_in
 
 /* The WAL_REC_ALLOC payload for an entry (then rec_alloc_encode()). */
 void at_to_record(const struct alloc_info *a, struct rec_alloc *r);
-
-/*
- * A 64-bit hash of the calling thread's stack that is the same in every run
- * of the same binaries, whatever ASLR does: up to FP_FRAMES return
- * addresses, each taken as (basename of its module, offset in the module),
- * FNV-1a'd.  skip 0 starts with the address in the caller where it called
- * this; skip k starts k frames further out, so an interposed cudaMalloc
- * that calls a helper that calls this passes 2 to start at the
- * application's call to cudaMalloc.  An address in no module (JIT code)
- * counts as one fixed marker, as the address itself varies per run.
- *
- * Cost: one libunwind backtrace, a read of the loader's load/unload
- * counters, and a probe of a cache keyed by a 64-bit hash of the raw
- * addresses; only a new stack maps its frames to modules (a table of the
- * executable segments of every loaded object, rebuilt when the counters
- * move).  Measured with a 24-deep stack: 0.3-0.55 us cached, of which the
- * unwind is 0.3-0.45; 0.65-1.1 us uncached.  Thread-safe (one mutex, not
- * held during the unwind); not async-signal-safe; no malloc of its own.
- *
- * Native frames only: two Python call sites reach the allocator through
- * the same C frames of the interpreter and get the same fingerprint; the
- * ordinal then tells their allocations apart.
- */
-#define FP_FRAMES 16u
-uint64_t fingerprint_callsite(unsigned skip);
 
 #endif

@@ -682,6 +682,14 @@ int profile_match(const struct profile *p, const char *kernel_name)
 	return -1;
 }
 
+const char *profile_rule_label(const struct profile *p, int rule, char *buf, size_t len)
+{
+	const struct rule *r = &p->rules[rule];
+
+	snprintf(buf, len, "%s:%u", r->label, r->line);
+	return buf;
+}
+
 /* ---- evaluation -------------------------------------------------------- */
 
 struct launch {

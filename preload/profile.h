@@ -126,6 +126,9 @@ int profile_glob(const char *pattern, const char *name);
  * rule owns the kernel: later rules are never consulted for it. */
 int profile_match(const struct profile *p, const char *kernel_name);
 
+/* "LABEL:LINE" of rule `rule`, for messages: buf. */
+const char *profile_rule_label(const struct profile *p, int rule, char *buf, size_t len);
+
 /* What a rule resolved to for one launch. */
 struct rule_hit {
 	int kind;            /* enum rule_kind */

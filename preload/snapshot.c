@@ -15,8 +15,10 @@
 #include <stdio.h>
 
 #include "clock.h"
+#include "kernels.h"
 #include "kvstore.h"
-#include "runtime.h"
+#include "msg.h"
+#include "shim.h"
 #include "snapshot.h"
 #include "window.h"
 
@@ -88,7 +90,7 @@ int snap_done(void)
 	/* busy first: armed is cleared before busy is set. */
 	return atomic_load_explicit(&sn.busy, memory_order_acquire) &&
 	       atomic_load_explicit(&sn.armed, memory_order_acquire) &&
-	       rt_dev_query(sn.done) == 0;
+	       shim_dev_query(sn.done) == 0;
 }
 
 void snap_forget(void)
@@ -127,11 +129,11 @@ static int open_streams(char *why, size_t whylen)
 
 	if (sn.side)
 		return 0;
-	if (check(rt_dev_stream(&sn.side), "creating the side stream", why, whylen) ||
-	    check(rt_dev_event(&sn.done), "creating an event", why, whylen))
+	if (check(shim_dev_stream(&sn.side), "creating the side stream", why, whylen) ||
+	    check(shim_dev_event(&sn.done), "creating an event", why, whylen))
 		return -1;
 	for (i = 0; i < CLK_MAX_LANES; i++)
-		if (check(rt_dev_event(&sn.events[i]), "creating an event", why, whylen))
+		if (check(shim_dev_event(&sn.events[i]), "creating an event", why, whylen))
 			return -1;
 	return 0;
 }
@@ -144,14 +146,14 @@ static int new_stage(uint64_t len, uint64_t min_chunk)
 	void *host;
 	uint64_t dev;
 
-	if (rt_dev_host_alloc(len, &host, &dev) != 0)
+	if (shim_dev_host_alloc(len, &host, &dev) != 0)
 		return -1;
 	if (kv_stage_init(host, len, min_chunk) < 0) {	/* never past SNAP_STAGE_MIN */
-		rt_dev_host_free(host);
+		shim_dev_host_free(host);
 		return -1;
 	}
 	if (sn.stage)
-		rt_dev_host_free(sn.stage);
+		shim_dev_host_free(sn.stage);
 	sn.stage = host;
 	sn.stage_dev = dev;
 	sn.stage_len = len;
@@ -201,10 +203,10 @@ static int size_stage(char *why, size_t whylen)
 	if (len < want) {
 		sn.refused = want;
 		if (!warned++)
-			rt_log(WAL_LOG_WARN, "capture: pinned staging of %llu MiB, less than the "
-			       "%llu MiB of the KV pools: a window changing more is committed "
-			       "KV-partial, and a restore refuses it", (unsigned long long)(len >> 20),
-			       (unsigned long long)(want >> 20));
+			msg_log(WAL_LOG_WARN, "capture: pinned staging of %llu MiB, less than the "
+				"%llu MiB of the KV pools: a window changing more is committed "
+				"KV-partial, and a restore refuses it", (unsigned long long)(len >> 20),
+				(unsigned long long)(want >> 20));
 	}
 	return 0;
 }
@@ -218,7 +220,7 @@ static int prepare_pool(struct pool *p, char *why, size_t whylen)
 
 	if (p->sums)
 		return 0;
-	if (check(rt_dev_host_alloc(n * sizeof(uint64_t), &host, &p->sums_dev),
+	if (check(shim_dev_host_alloc(n * sizeof(uint64_t), &host, &p->sums_dev),
 		  "allocating chunk sums", why, whylen))
 		return -1;
 	p->sums = host;
@@ -250,9 +252,9 @@ int snap_boundary(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_d
 	atomic_store_explicit(&sn.armed, 0, memory_order_release);
 	atomic_store_explicit(&sn.busy, 1, memory_order_release);
 	for (i = 0; i < n && i < CLK_MAX_LANES; i++)
-		if (check(rt_dev_record(sn.events[i], lanes[i]), "recording an event", why,
+		if (check(shim_dev_record(sn.events[i], lanes[i]), "recording an event", why,
 			  whylen) ||
-		    check(rt_dev_wait(sn.side, sn.events[i]), "waiting for an event", why, whylen))
+		    check(shim_dev_wait(sn.side, sn.events[i]), "waiting for an event", why, whylen))
 			return -1;
 	kv_stage_reset(sn.stage);
 	for (i = 0; i < sn.npools; i++) {
@@ -268,19 +270,19 @@ int snap_boundary(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_d
 		if (prepare_pool(p, why, whylen))
 			return -1;
 		a.sums = (uint64_t *)(uintptr_t)p->sums_dev;
-		if (check(rt_dev_snapshot(sn.side, &a), "launching the KV snapshot", why, whylen))
+		if (check(kernels_snapshot(sn.side, &a), "launching the KV snapshot", why, whylen))
 			return -1;
 	}
 	mark.ring = (struct cap_ring *)(uintptr_t)ring_dev;
 	mark.tag = WA_TAG(WA_RULE_SNAP, 0, 0);
 	mark.step = step;
 	mark.dtype = CAP_DT_I32;
-	if (check(rt_dev_append(sn.side, &mark), "launching the snapshot mark", why, whylen) ||
-	    check(rt_dev_record(sn.done, sn.side), "recording an event", why, whylen))
+	if (check(kernels_append(sn.side, &mark), "launching the snapshot mark", why, whylen) ||
+	    check(shim_dev_record(sn.done, sn.side), "recording an event", why, whylen))
 		return -1;
 	atomic_store_explicit(&sn.armed, 1, memory_order_release);
 	for (i = 0; i < n; i++)
-		if (check(rt_dev_wait(lanes[i], sn.done), "waiting for the snapshot", why, whylen))
+		if (check(shim_dev_wait(lanes[i], sn.done), "waiting for the snapshot", why, whylen))
 			return -1;
 	sn.enqueued++;
 	return 1;

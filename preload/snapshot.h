@@ -19,11 +19,11 @@
  * thread, reaching the mark, copies the staging area into the KV store and
  * commits the window (window.h), then clears the busy flag; a host wait
  * that returns once the snapshot is done delivers the mark itself unless
- * MOEFT_COMMIT=async (runtime.c, rt_sync).  A boundary
+ * MOEFT_COMMIT=async (capture.c, capture_sync).  A boundary
  * that finds the staging area still busy is skipped: the open window grows
  * by another MOEFT_WINDOW steps.
  *
- * Callers serialise every call here (the runtime's clock lock).
+ * Callers serialise every call here (capture_lock).
  */
 #ifndef MOEFT_SNAPSHOT_H
 #define MOEFT_SNAPSHOT_H

@@ -20,9 +20,7 @@
 #include <dlfcn.h>
 #include <stdatomic.h>
 
-#include "runtime.h"
-#include "shim.h"
-#include "wal.h"
+#include "hooks.h"
 
 /* Where the real dlsym was first versioned: glibc 2.34 moved it into libc. */
 #if defined(__x86_64__)
@@ -49,7 +47,7 @@ static void *find_real_dlsym(void)
 	if (p)
 		atomic_store_explicit(&real_dlsym, p, memory_order_release);
 	else
-		rt_log(WAL_LOG_ERROR, "cannot find the C library's dlsym; dlsym returns NULL");
+		shim_log(SHIM_LOG_ERROR, "cannot find the C library's dlsym; dlsym returns NULL");
 	return p;
 }
 

@@ -24,9 +24,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "runtime.h"
-#include "shim.h"
-#include "wal.h"
+#include "hooks.h"
 
 /* ---- prototypes checked against the toolkit's headers ------------------ */
 
@@ -160,7 +158,7 @@ void *shim_resolve(unsigned id)
 	void *p = known(id);
 
 	if (!p && !atomic_exchange_explicit(&missing_said[id], 1, memory_order_relaxed))
-		rt_log(WAL_LOG_ERROR, "cannot find the real %s in %s; calls to it fail", syms[id].name,
+		shim_log(SHIM_LOG_ERROR, "cannot find the real %s in %s; calls to it fail", syms[id].name,
 		       syms[id].lib == LIB_RT ? SHIM_CUDART_SONAME : SHIM_CUDA_SONAME);
 	return p;
 }
@@ -270,7 +268,7 @@ void *shim_proc_adopt(const char *symbol, int version, uint64_t flags, void *p)
 		return p;
 	if (version > CUDA_VERSION && proc_ask(symbol, CUDA_VERSION, flags) != p) {
 		if (!atomic_exchange_explicit(&newer_said, 1, memory_order_relaxed))
-			rt_log(WAL_LOG_WARN, "cuGetProcAddress(%s, %d): a variant newer than CUDA %d "
+			shim_log(SHIM_LOG_WARN, "cuGetProcAddress(%s, %d): a variant newer than CUDA %d "
 			       "that moeft does not know; calls through it are not seen",
 			       symbol, version, CUDA_VERSION);
 		return p;

@@ -1,107 +1,147 @@
 /*
- * shim.h - internals shared by the interposer's files: hook ids, the
- * real-symbol table, the reentrancy guard.
+ * shim.h - the floor's one header for the layer above it.
  *
- * The reentrancy rule.  Each thread counts how deep it is inside our
- * wrappers.  Only a call that enters at depth 0 (straight from the
- * application) produces an event for preload/; everything nested inside
- * it, cudart's cudaMalloc calling cuMemAlloc_v2 through the table it got
- * from cuGetProcAddress, or moeft's own calls to name a kernel, is
- * forwarded untouched.  So one application call is one event, whichever
- * layers it passes through.  The lookups of cuGetProcAddress are the one
- * exception (kind ALWAYS): they hand out wrappers at any depth, because
- * cudart fills its table while initialising inside the application's
- * first runtime call.
+ * shim/ is the CUDA ABI of libmoeft.so and nothing else: the exported
+ * runtime and driver symbols, the real ones behind them, the dlsym and
+ * cuGetProcAddress paths, the kernel decision cache of the launch path, and
+ * the few device operations moeft needs for itself.  It knows no log, no
+ * profile and no policy.
+ *
+ * Upward it calls only through the table of struct shim_events that the
+ * layer above registers at load (shim_register): at most one event per
+ * application-level CUDA call (the reentrancy rule is in hooks.h), and
+ * nothing at all for a launch of a kernel nobody claimed.  Downward, the
+ * layer above calls the functions below.  No CUDA header: handles, streams
+ * and events are opaque pointers, device addresses are uint64_t, driver
+ * errors are CUresult values as int.
  */
 #ifndef MOEFT_SHIM_H
 #define MOEFT_SHIM_H
 
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
-#include <cuda_runtime_api.h>
+#include "kernel_id.h"
 
-/* Declared for C++ only in crt/device_functions.h; the type every
- * `<<<>>>` launch of CUDA 13 goes through. */
-extern cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
-				      void **args, size_t sharedMem, cudaStream_t stream);
+/* Message levels, those of the log library (the layer above checks). */
+enum shim_log_level { SHIM_LOG_ERROR = 0, SHIM_LOG_WARN, SHIM_LOG_INFO, SHIM_LOG_DEBUG };
 
-/* The version the runtime wrappers are exported with: that of the
- * libcudart whose ABI they implement, so a libcudart.so.12 in the same
- * process keeps its own callers (symbol versions keep them apart). */
-#define SHIM_CUDART_SONAME "libcudart.so.13"
-#define SHIM_CUDA_SONAME "libcuda.so.1"
-
-enum shim_id {
-#define RT(name, decl, kind, params, args) SHIM_##name,
-#define DRV(name, query, version, flavor, kind, params, args) SHIM_##name,
-#define RT_USE(name, params) SHIM_##name,
-#define DRV_USE(name, params) SHIM_##name,
-#include "hooks.def"
-#undef RT
-#undef DRV
-#undef RT_USE
-#undef DRV_USE
-	SHIM_COUNT
+/* The API an allocation came through; the numbers are those of the log's
+ * ALLOC records (the layer above checks). */
+enum shim_alloc_api {
+	SHIM_ALLOC_CUDA_MALLOC = 1,
+	SHIM_ALLOC_CUDA_MALLOC_ASYNC = 2,
+	SHIM_ALLOC_CUDA_MALLOC_FROM_POOL_ASYNC = 3,
+	SHIM_ALLOC_CUDA_MALLOC_MANAGED = 4,
+	SHIM_ALLOC_CU_MEM_ALLOC = 6,
+	SHIM_ALLOC_CU_MEM_ALLOC_ASYNC = 7,
+	SHIM_ALLOC_CU_MEM_ALLOC_FROM_POOL_ASYNC = 8,
 };
 
-enum shim_kind { SHIM_ALLOC = 1, SHIM_EVENT, SHIM_AFTER, SHIM_PASS, SHIM_ALWAYS };
-enum shim_phase { SHIM_PRE = 1, SHIM_POST = 2 };
-
-/* What a wrapper tells its event handler. */
-struct shim_call {
-	int phase;             /* before or after the real call */
-	int status;            /* SHIM_POST: what the real call returned */
-	uint64_t fingerprint;  /* SHIM_POST of an ALLOC hook that succeeded */
+/* How a launch names its kernel. */
+enum shim_func_kind {
+	SHIM_FUNC_HOST = 1,    /* the runtime's const void *func: host stub (or a
+				  cudaKernel_t passed as one) */
+	SHIM_FUNC_KERNEL = 2,  /* cudaKernel_t / CUkernel */
+	SHIM_FUNC_DRIVER = 3   /* CUfunction */
 };
 
-/* The real function behind id, resolved on first use: NULL when it cannot
- * be found (logged once per symbol; the wrapper then fails the call). */
-extern _Atomic(void *) shim_reals[SHIM_COUNT];
-void *shim_resolve(unsigned id);
+/* A launch about to be forwarded. */
+struct shim_launch {
+	int kind;                 /* enum shim_func_kind */
+	const void *func;
+	unsigned grid[3], block[3];
+	void **args;              /* NULL when the launch passed none we can read */
+	void *stream;             /* the CUstream it runs on (per-thread default
+				     stream: CU_STREAM_PER_THREAD) */
+	struct kid_match *match;  /* the claimed kernel; NULL for an unclaimed
+				     one shown because of shim_watch_launches */
+};
 
-static inline void *shim_real(unsigned id)
-{
-	void *p = atomic_load_explicit(&shim_reals[id], memory_order_acquire);
+/*
+ * What the shim reports.  Every member must be set; each is called only
+ * while events are on (start returned 1), from the application's thread
+ * inside its CUDA call, and must never fail that call.
+ */
+struct shim_events {
+	/* The first hooked call: 1 to receive events from now on, 0 never.
+	 * Thread-safe; concurrent first calls must agree. */
+	int (*start)(void);
+	/* The application's call site of an allocation that succeeded, skip
+	 * frames out from the caller (called straight from the wrapper). */
+	uint64_t (*callsite)(unsigned skip);
+	/* A device allocation succeeded (api: enum shim_alloc_api); the one at
+	 * base is about to be freed (before the real free, so the address
+	 * cannot be handed out again first); cuMemMap succeeded; cuMemUnmap is
+	 * about to run. */
+	void (*alloc)(unsigned api, uint64_t base, uint64_t size, uint64_t fingerprint);
+	void (*free)(uint64_t base);
+	void (*map)(uint64_t va, uint64_t size, uint64_t handle, uint64_t fingerprint);
+	void (*unmap)(uint64_t va, uint64_t size);
+	/* A kernel handle's first launch, named: the rule that claims it, or
+	 * -1.  params_known: the driver reported the parameter sizes. */
+	int (*claim)(const char *name, int params_known);
+	/* A launch of a claimed kernel (or of any, while watched), before it
+	 * is forwarded; 1 when `launched` must follow once it succeeded. */
+	int (*launch)(const struct shim_launch *l);
+	void (*launched)(void);
+	/* A graph is about to be launched on stream; a stream capture began
+	 * (1) or ended (0); the calling thread's wait for the GPU returned (a
+	 * stream or event synchronize). */
+	void (*graph_launch)(void *stream);
+	void (*capture)(int begin);
+	void (*sync)(void);
+	/* One line of the shim's own (a missing real symbol, a full cache). */
+	void (*log)(int level, const char *line);
+};
 
-	return p ? p : shim_resolve(id);
-}
+/* Register the table (a constructor of the layer above); until then, and
+ * without one, every call is forwarded untouched. */
+void shim_register(const struct shim_events *ev);
 
-/* dlsym(handle, name of hook id) on an explicit handle: our wrapper when
- * the real lookup finds the function our wrapper calls, else what it finds. */
-void *shim_dlsym(unsigned id, void *handle);
+/* No more events in this process, for good (a child of fork()). */
+void shim_events_off(void);
 
-/* The hook that dlsym(handle, name) should be answered with, or -1. */
-int shim_export_id(const char *name);
+/* While on, every launch is shown to events->launch, claimed or not. */
+void shim_watch_launches(int on);
 
-/* cuGetProcAddress(symbol, version, flags) returned p: what the caller
- * gets (our wrapper of that variant, or p). */
-void *shim_proc_adopt(const char *symbol, int version, uint64_t flags, void *p);
+/* Kernel launches seen while events were on. */
+unsigned long long shim_launches(void);
 
-/* The C library's dlsym, which ours stands in front of (dlsym.c).  Our
- * own lookups use it, as the caller of RTLD_NEXT it is libmoeft.so. */
-void *shim_real_dlsym(void *handle, const char *name);
+/* Kernel handles seen, named, and claimed. */
+void shim_kernel_counts(unsigned *seen, unsigned *named, unsigned *claimed);
 
-/* Our exported wrapper of id (NULL for the *_USE entries). */
-void *shim_wrapper(unsigned id);
+/*
+ * Device operations, through the real driver entry points (never our
+ * wrappers, so none is an application event), in the calling thread's
+ * current context.  Each returns 0 or the driver's CUresult
+ * (CUDA_ERROR_NOT_FOUND, 500, when the driver lacks the entry point).
+ */
 
-/* Function and object pointers: dlsym's void * and the code it points at.
- * ISO C has no cast between them; POSIX guarantees they are the same size. */
-typedef void (*shim_fn)(void);
-_Static_assert(sizeof(shim_fn) == sizeof(void *), "function pointers fit in void *");
-
-static inline void *shim_fn_ptr(shim_fn f)
-{
-	void *p;
-
-	memcpy(&p, &f, sizeof p);
-	return p;
-}
-
-extern _Thread_local unsigned shim_depth;
+/* Load a module from the first of images[] the driver takes and find
+ * names[i] in it into fns[i]; each must take one parameter of sizes[i]
+ * bytes where the driver can tell (a stale or foreign image fails here, not
+ * at a launch inside a stream capture).  The context current now becomes
+ * the one shim_dev_bind_thread binds.  0, or -1 with one line in why. */
+int shim_dev_load(const void *const images[], unsigned nimages, const char *const names[],
+		  const size_t sizes[], unsigned n, void *fns[], char *why, size_t whylen);
+/* Launch fn (from shim_dev_load) with its one parameter *arg. */
+int shim_dev_launch(void *fn, unsigned blocks, unsigned threads, void *stream, void *arg);
+/* len bytes of pinned host memory mapped for every context: *host, and
+ * *dev the device's address of the same bytes.  Allowed while the thread's
+ * stream is being captured. */
+int shim_dev_host_alloc(size_t len, void **host, uint64_t *dev);
+void shim_dev_host_free(void *host);
+int shim_dev_stream(void **stream);     /* non-blocking */
+int shim_dev_event(void **event);       /* without timing */
+int shim_dev_record(void *event, void *stream);
+int shim_dev_wait(void *stream, void *event);
+int shim_dev_query(void *event);        /* 0: done; CUDA_ERROR_NOT_READY */
+int shim_dev_copy_to_device(uint64_t dev, const void *src, size_t len, void *stream);
+/* 1 when stream is being captured into a graph, 0 when not, -1 when the
+ * driver cannot tell. */
+int shim_dev_capturing(void *stream);
+/* Make the context of shim_dev_load current in the calling thread. */
+void shim_dev_bind_thread(void);
 
 #endif

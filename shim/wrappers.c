@@ -1,23 +1,21 @@
 /*
  * wrappers.c - the exported CUDA entry points, generated from hooks.def,
- * and what each one reports to preload/.
+ * and what each one reports through the registered events (shim.h).
  *
  * Every wrapper has the same shape: find the real function (or fail the
  * call with the API's "not initialized" error), count one level of depth,
  * let its handler see the call before (except for kind AFTER) and after
- * the real one when the call came straight from the application (shim.h
- * has the rule), return what the real function returned.  The handlers below are the only
- * per-function code: they turn arguments into preload/ events and never
- * touch an argument the call did not make valid (an out-pointer is read
- * only after success, launch arguments only through rule_eval's checks).
+ * the real one when the call came straight from the application (hooks.h
+ * has the rule), return what the real function returned.  The handlers
+ * below are the only per-function code: they turn arguments into events
+ * and never touch an argument the call did not make valid (an out-pointer
+ * is read only after success; launch arguments are the owner's to read,
+ * within the parameter sizes the cache holds).
  */
 #include <stdint.h>
 #include <string.h>
 
-#include "alloc_table.h"
-#include "record.h"
-#include "runtime.h"
-#include "shim.h"
+#include "hooks.h"
 
 _Thread_local unsigned shim_depth __attribute__((tls_model("initial-exec")));
 
@@ -27,7 +25,7 @@ static inline int shim_enter(int kind)
 
 	if (kind == SHIM_ALWAYS)
 		return 1;
-	return kind != SHIM_PASS && outer && rt_enabled();
+	return kind != SHIM_PASS && outer && shim_on();
 }
 
 static uint64_t addr(const void *p)
@@ -35,125 +33,47 @@ static uint64_t addr(const void *p)
 	return (uint64_t)(uintptr_t)p;
 }
 
-/* ---- naming kernels: the identify callback of every launch --------------- */
-
-/* The runtime keeps a per-thread "last error" that the application reads
- * (PyTorch checks cudaGetLastError after every launch): a failure of ours
- * must not show up there. */
-static int func_by_symbol(const void *symbol, CUfunction *f)
-{
-	cudaError_t (*by_symbol)(cudaFunction_t *, const void *);
-	cudaError_t (*last)(void);
-	void *p = shim_real(SHIM_cudaGetFuncBySymbol);
-	int clean = 0;
-
-	if (!p)
-		return -1;
-	memcpy(&by_symbol, &p, sizeof by_symbol);
-	if ((p = shim_real(SHIM_cudaPeekAtLastError))) {
-		memcpy(&last, &p, sizeof last);
-		clean = last() == cudaSuccess;
-	}
-	if (by_symbol(f, symbol) == cudaSuccess)
-		return 0;
-	if (clean && (p = shim_real(SHIM_cudaGetLastError))) {
-		memcpy(&last, &p, sizeof last);
-		last();
-	}
-	return -1;
-}
-
-/* cuFuncGet* and cuKernelGet* differ only in the handle's type. */
-static int name_and_params(const void *h, int is_kernel, struct rt_kernel_desc *d)
-{
-	CUresult (*fname)(const char **, CUfunction), (*kname)(const char **, CUkernel);
-	CUresult (*fparam)(CUfunction, size_t, size_t *, size_t *);
-	CUresult (*kparam)(CUkernel, size_t, size_t *, size_t *);
-	CUresult r = CUDA_ERROR_NOT_FOUND;
-	size_t i = 0, off, size;
-	void *p;
-
-	d->name = NULL;
-	d->nparams = 0;
-	d->params_known = 0;
-	if (!(p = shim_real(is_kernel ? SHIM_cuKernelGetName : SHIM_cuFuncGetName)))
-		return -1;
-	memcpy(&fname, &p, sizeof p);
-	memcpy(&kname, &p, sizeof p);
-	if ((is_kernel ? kname(&d->name, (CUkernel)h) : fname(&d->name, (CUfunction)h)) !=
-	    CUDA_SUCCESS || !d->name)
-		return -1;
-	if ((p = shim_real(is_kernel ? SHIM_cuKernelGetParamInfo : SHIM_cuFuncGetParamInfo))) {
-		memcpy(&fparam, &p, sizeof p);
-		memcpy(&kparam, &p, sizeof p);
-		for (; i < RULE_MAX_PARAMS; i++) {
-			r = is_kernel ? kparam((CUkernel)h, i, &off, &size)
-				      : fparam((CUfunction)h, i, &off, &size);
-			if (r != CUDA_SUCCESS)
-				break;
-			d->sizes[i] = (uint32_t)size;
-		}
-	}
-	d->nparams = (unsigned)i;
-	/* The first index past the last parameter is an invalid value. */
-	d->params_known = r == CUDA_SUCCESS || r == CUDA_ERROR_INVALID_VALUE;
-	return 0;
-}
-
-static int identify(int kind, const void *func, struct rt_kernel_desc *d)
-{
-	CUfunction f;
-
-	if (kind == RT_FUNC_KERNEL)
-		return name_and_params(func, 1, d);
-	if (kind == RT_FUNC_DRIVER)
-		return name_and_params(func, 0, d);
-	if (func_by_symbol(func, &f) < 0)
-		return -1;
-	return name_and_params(f, 0, d);
-}
-
 /* ---- event handlers ------------------------------------------------------ */
 
-/*
- * What a launch leaves for after it succeeded (rt_launch's *after), held
- * by the launching thread: a depth-0 launch never nests in another.
- */
-static _Thread_local struct rt_after launch_after __attribute__((tls_model("initial-exec")));
+/* Whether the launch in flight on this thread wants `launched` after it (a
+ * depth-0 launch never nests in another). */
 static _Thread_local int launch_armed __attribute__((tls_model("initial-exec")));
 
-/* What rt_launch_seen left to do: a handle's first launch, or a launch of
- * a kernel that a rule owns.  Only these pay for describing the launch. */
-static void launch_rest(int cached, struct kid_match *m, int kind, const void *func,
-			unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-			unsigned bz, void **args, void *stream)
+/* What the fast path left: a claimed kernel, or any while launches are
+ * watched.  Only these pay for describing the launch. */
+static void launch_rest(struct kid_match *m, int kind, const void *func, unsigned gx,
+			unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+			void **args, void *stream)
 {
-	struct rt_launch l = {
+	struct shim_launch l = {
 		.kind = kind, .func = func, .grid = { gx, gy, gz }, .block = { bx, by, bz },
-		.args = args, .stream = stream, .identify = identify,
-		.cached = cached, .match = m,
+		.args = args, .stream = stream, .match = m,
 	};
 
-	launch_armed = rt_launch(&l, &launch_after);
+	launch_armed = shim_ev->launch(&l);
 }
 
-/* A launch, before and after the real one.  One of a kernel that no rule
- * owns ends at rt_launch_seen before, and at one thread-local load after. */
+/* A launch, before and after the real one.  One of a kernel nobody claimed
+ * costs a count and a lookup before, and one thread-local load after. */
 static inline void launched(const struct shim_call *c, int kind, const void *func, unsigned gx,
 			    unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 			    void **args, void *stream)
 {
 	struct kid_match *m = NULL;
-	int cached;
+	int d;
 
 	if (c->phase == SHIM_PRE) {
-		if ((cached = rt_launch_seen(func, &m)) != KID_NONE ||
-		    atomic_load_explicit(&rt_restore_pending, memory_order_relaxed))
-			launch_rest(cached, m, kind, func, gx, gy, gz, bx, by, bz, args, stream);
+		shim_count_launch();
+		d = kid_lookup(shim_kids, func, &m);
+		if (d == KID_UNKNOWN && func)
+			d = shim_first_launch(kind, func, &m);
+		if (d == KID_MATCH || atomic_load_explicit(&shim_watch, memory_order_relaxed))
+			launch_rest(d == KID_MATCH ? m : NULL, kind, func, gx, gy, gz, bx, by, bz,
+				    args, stream);
 	} else if (launch_armed) {
 		launch_armed = 0;
 		if (c->status == 0)
-			rt_launch_after(&launch_after);
+			shim_ev->launched();
 	}
 }
 
@@ -169,14 +89,14 @@ static void *ptsz(void *stream)
 static void ev_cudaMalloc(const struct shim_call *c, void **devPtr, size_t size)
 {
 	if (OK_AFTER(c))
-		rt_alloc(ALLOC_API_CUDA_MALLOC, addr(*devPtr), size, c->fingerprint);
+		shim_ev->alloc(SHIM_ALLOC_CUDA_MALLOC, addr(*devPtr), size, c->fingerprint);
 }
 
 static void ev_cudaMallocAsync(const struct shim_call *c, void **devPtr, size_t size,
 			       cudaStream_t hStream)
 {
 	if (OK_AFTER(c))
-		rt_alloc(ALLOC_API_CUDA_MALLOC_ASYNC, addr(*devPtr), size, c->fingerprint);
+		shim_ev->alloc(SHIM_ALLOC_CUDA_MALLOC_ASYNC, addr(*devPtr), size, c->fingerprint);
 }
 #define ev_cudaMallocAsync_ptsz ev_cudaMallocAsync
 
@@ -184,7 +104,7 @@ static void ev_cudaMallocFromPoolAsync(const struct shim_call *c, void **ptr, si
 				       cudaMemPool_t memPool, cudaStream_t stream)
 {
 	if (OK_AFTER(c))
-		rt_alloc(ALLOC_API_CUDA_MALLOC_FROM_POOL_ASYNC, addr(*ptr), size, c->fingerprint);
+		shim_ev->alloc(SHIM_ALLOC_CUDA_MALLOC_FROM_POOL_ASYNC, addr(*ptr), size, c->fingerprint);
 }
 #define ev_cudaMallocFromPoolAsync_ptsz ev_cudaMallocFromPoolAsync
 
@@ -192,7 +112,7 @@ static void ev_cudaMallocManaged(const struct shim_call *c, void **devPtr, size_
 				 unsigned int flags)
 {
 	if (OK_AFTER(c))
-		rt_alloc(ALLOC_API_CUDA_MALLOC_MANAGED, addr(*devPtr), size, c->fingerprint);
+		shim_ev->alloc(SHIM_ALLOC_CUDA_MALLOC_MANAGED, addr(*devPtr), size, c->fingerprint);
 }
 
 /* Frees are recorded before the real call: once it returns, another thread
@@ -200,20 +120,20 @@ static void ev_cudaMallocManaged(const struct shim_call *c, void **devPtr, size_
 static void ev_cudaFree(const struct shim_call *c, void *devPtr)
 {
 	if (c->phase == SHIM_PRE)
-		rt_free(addr(devPtr));
+		shim_ev->free(addr(devPtr));
 }
 
 static void ev_cudaFreeAsync(const struct shim_call *c, void *devPtr, cudaStream_t hStream)
 {
 	if (c->phase == SHIM_PRE)
-		rt_free(addr(devPtr));
+		shim_ev->free(addr(devPtr));
 }
 #define ev_cudaFreeAsync_ptsz ev_cudaFreeAsync
 
 static void ev_cudaLaunchKernel(const struct shim_call *c, const void *func, dim3 gridDim,
 				dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
-	launched(c, RT_FUNC_HOST, func, gridDim.x, gridDim.y, gridDim.z, blockDim.x, blockDim.y,
+	launched(c, SHIM_FUNC_HOST, func, gridDim.x, gridDim.y, gridDim.z, blockDim.x, blockDim.y,
 		 blockDim.z, args, stream);
 }
 
@@ -228,7 +148,7 @@ static void ev___cudaLaunchKernel(const struct shim_call *c, cudaKernel_t kernel
 				  dim3 blockDim, void **args, size_t sharedMem,
 				  cudaStream_t stream)
 {
-	launched(c, RT_FUNC_KERNEL, kernel, gridDim.x, gridDim.y, gridDim.z, blockDim.x,
+	launched(c, SHIM_FUNC_KERNEL, kernel, gridDim.x, gridDim.y, gridDim.z, blockDim.x,
 		 blockDim.y, blockDim.z, args, stream);
 }
 
@@ -243,7 +163,7 @@ static void launched_exc(const struct shim_call *c, const cudaLaunchConfig_t *co
 			 const void *func, void **args, void *stream)
 {
 	if (config)
-		launched(c, RT_FUNC_HOST, func, config->gridDim.x, config->gridDim.y,
+		launched(c, SHIM_FUNC_HOST, func, config->gridDim.x, config->gridDim.y,
 			 config->gridDim.z, config->blockDim.x, config->blockDim.y,
 			 config->blockDim.z, args, stream);
 }
@@ -265,7 +185,7 @@ static void ev_cudaGraphLaunch(const struct shim_call *c, cudaGraphExec_t graphE
 			       cudaStream_t stream)
 {
 	if (c->phase == SHIM_PRE)
-		rt_graph_launch(stream);
+		shim_ev->graph_launch(stream);
 }
 
 static void ev_cudaGraphLaunch_ptsz(const struct shim_call *c, cudaGraphExec_t graphExec,
@@ -278,7 +198,7 @@ static void ev_cudaStreamBeginCapture(const struct shim_call *c, cudaStream_t st
 				      enum cudaStreamCaptureMode mode)
 {
 	if (OK_AFTER(c))
-		rt_capture(1);
+		shim_ev->capture(1);
 }
 #define ev_cudaStreamBeginCapture_ptsz ev_cudaStreamBeginCapture
 
@@ -286,7 +206,7 @@ static void ev_cudaStreamEndCapture(const struct shim_call *c, cudaStream_t stre
 				    cudaGraph_t *pGraph)
 {
 	if (OK_AFTER(c))
-		rt_capture(0);
+		shim_ev->capture(0);
 }
 #define ev_cudaStreamEndCapture_ptsz ev_cudaStreamEndCapture
 
@@ -294,46 +214,46 @@ static void ev_cudaStreamEndCapture(const struct shim_call *c, cudaStream_t stre
 static void ev_cudaStreamSynchronize(const struct shim_call *c, cudaStream_t stream)
 {
 	if (OK_AFTER(c))
-		rt_sync();
+		shim_ev->sync();
 }
 #define ev_cudaStreamSynchronize_ptsz ev_cudaStreamSynchronize
 
 static void ev_cudaEventSynchronize(const struct shim_call *c, cudaEvent_t event)
 {
 	if (OK_AFTER(c))
-		rt_sync();
+		shim_ev->sync();
 }
 
 static void ev_cuStreamSynchronize(const struct shim_call *c, CUstream hStream)
 {
 	if (OK_AFTER(c))
-		rt_sync();
+		shim_ev->sync();
 }
 #define ev_cuStreamSynchronize_ptsz ev_cuStreamSynchronize
 
 static void ev_cuEventSynchronize(const struct shim_call *c, CUevent hEvent)
 {
 	if (OK_AFTER(c))
-		rt_sync();
+		shim_ev->sync();
 }
 
 static void ev_cuMemAlloc_v2(const struct shim_call *c, CUdeviceptr *dptr, size_t bytesize)
 {
 	if (OK_AFTER(c))
-		rt_alloc(ALLOC_API_CU_MEM_ALLOC, *dptr, bytesize, c->fingerprint);
+		shim_ev->alloc(SHIM_ALLOC_CU_MEM_ALLOC, *dptr, bytesize, c->fingerprint);
 }
 
 static void ev_cuMemFree_v2(const struct shim_call *c, CUdeviceptr dptr)
 {
 	if (c->phase == SHIM_PRE)
-		rt_free(dptr);
+		shim_ev->free(dptr);
 }
 
 static void ev_cuMemAllocAsync(const struct shim_call *c, CUdeviceptr *dptr, size_t bytesize,
 			       CUstream hStream)
 {
 	if (OK_AFTER(c))
-		rt_alloc(ALLOC_API_CU_MEM_ALLOC_ASYNC, *dptr, bytesize, c->fingerprint);
+		shim_ev->alloc(SHIM_ALLOC_CU_MEM_ALLOC_ASYNC, *dptr, bytesize, c->fingerprint);
 }
 #define ev_cuMemAllocAsync_ptsz ev_cuMemAllocAsync
 
@@ -341,14 +261,14 @@ static void ev_cuMemAllocFromPoolAsync(const struct shim_call *c, CUdeviceptr *d
 				       size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
 	if (OK_AFTER(c))
-		rt_alloc(ALLOC_API_CU_MEM_ALLOC_FROM_POOL_ASYNC, *dptr, bytesize, c->fingerprint);
+		shim_ev->alloc(SHIM_ALLOC_CU_MEM_ALLOC_FROM_POOL_ASYNC, *dptr, bytesize, c->fingerprint);
 }
 #define ev_cuMemAllocFromPoolAsync_ptsz ev_cuMemAllocFromPoolAsync
 
 static void ev_cuMemFreeAsync(const struct shim_call *c, CUdeviceptr dptr, CUstream hStream)
 {
 	if (c->phase == SHIM_PRE)
-		rt_free(dptr);
+		shim_ev->free(dptr);
 }
 #define ev_cuMemFreeAsync_ptsz ev_cuMemFreeAsync
 
@@ -356,13 +276,13 @@ static void ev_cuMemMap(const struct shim_call *c, CUdeviceptr ptr, size_t size,
 			CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
 	if (OK_AFTER(c))
-		rt_map(ptr, size, handle, c->fingerprint);
+		shim_ev->map(ptr, size, handle, c->fingerprint);
 }
 
 static void ev_cuMemUnmap(const struct shim_call *c, CUdeviceptr ptr, size_t size)
 {
 	if (c->phase == SHIM_PRE)
-		rt_unmap(ptr, size);
+		shim_ev->unmap(ptr, size);
 }
 
 static void ev_cuLaunchKernel(const struct shim_call *c, CUfunction f, unsigned int gridDimX,
@@ -371,7 +291,7 @@ static void ev_cuLaunchKernel(const struct shim_call *c, CUfunction f, unsigned 
 			      unsigned int sharedMemBytes, CUstream hStream, void **kernelParams,
 			      void **extra)
 {
-	launched(c, RT_FUNC_DRIVER, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
+	launched(c, SHIM_FUNC_DRIVER, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
 		 blockDimZ, kernelParams, hStream);
 }
 
@@ -390,7 +310,7 @@ static void launched_ex(const struct shim_call *c, const CUlaunchConfig *config,
 			void **kernelParams, void *stream)
 {
 	if (config)
-		launched(c, RT_FUNC_DRIVER, f, config->gridDimX, config->gridDimY,
+		launched(c, SHIM_FUNC_DRIVER, f, config->gridDimX, config->gridDimY,
 			 config->gridDimZ, config->blockDimX, config->blockDimY,
 			 config->blockDimZ, kernelParams, stream);
 }
@@ -410,7 +330,7 @@ static void ev_cuLaunchKernelEx_ptsz(const struct shim_call *c, const CUlaunchCo
 static void ev_cuGraphLaunch(const struct shim_call *c, CUgraphExec hGraphExec, CUstream hStream)
 {
 	if (c->phase == SHIM_PRE)
-		rt_graph_launch(hStream);
+		shim_ev->graph_launch(hStream);
 }
 
 static void ev_cuGraphLaunch_ptsz(const struct shim_call *c, CUgraphExec hGraphExec,
@@ -450,8 +370,8 @@ static void ev_cuGetProcAddress_v2(const struct shim_call *c, const char *symbol
  * rename it, and its C name (moeft_NAME) never collides with a header's
  * declaration.  For the same reason RT and DRV paste every name before
  * handing it on: a macro argument used plainly is macro-expanded.
- * fingerprint_callsite(1) skips this frame: it starts at the application's
- * call to us.
+ * The callsite event, called from the wrapper itself with skip 1, starts
+ * at the application's call to us.
  */
 #define SHIM_WRAPPER(ret, fail, fn, id, ev, sym, kind, evcall, params, args)		\
 	ret fn params __asm__(sym) SHIM_EXPORT;						\
@@ -474,7 +394,7 @@ static void ev_cuGetProcAddress_v2(const struct shim_call *c, const char *symbol
 			c.phase = SHIM_POST;						\
 			c.status = (int)r;						\
 			if (kind == SHIM_ALLOC && r == 0)				\
-				c.fingerprint = fingerprint_callsite(1);		\
+				c.fingerprint = shim_ev->callsite(1);		\
 			evcall(ev, &c, args);						\
 		}									\
 		shim_depth--;								\

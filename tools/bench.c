@@ -593,7 +593,7 @@ const struct cli_command cmd_bench = {
 	"of 5 runs), the wall time of the test serving program in eager and in\n"
 	"graph mode (best of 3), and, when valgrind is on PATH, the instructions\n"
 	"libmoeft.so adds to a no-rule launch (callgrind).  The pieces are found\n"
-	"in the build tree of this moeft: shim/libmoeft.so, tests/fixture,\n"
+	"in the build tree of this moeft: preload/libmoeft.so, tests/fixture,\n"
 	"tests/bench/launch_bench, tests/serve/serve.\n"
 	"\n"
 	"  -n, --launches N   launches per run, 1000 to 100000000 (default 100000;\n"

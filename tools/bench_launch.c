@@ -3,7 +3,7 @@
  * launch, and a serving step, on the CPU fixture.
  *
  * The pieces come from a build tree, found next to the moeft executable
- * (/proc/self/exe is BUILD/tools/moeft): BUILD/shim/libmoeft.so,
+ * (/proc/self/exe is BUILD/tools/moeft): BUILD/preload/libmoeft.so,
  * BUILD/tests/fixture (the test-only libcudart.so.13 and libcuda.so.1),
  * BUILD/tests/bench/launch_bench and BUILD/tests/serve/serve.  --preload
  * and --fixture name the first two elsewhere.
@@ -120,7 +120,7 @@ static int locate(struct ctx *c, int json, const char *preload, const char *fixt
 		const char *given, *rel, *what;
 		int mode;
 	} need[] = {
-		{ c->preload, preload, "shim/libmoeft.so", "the preload (libmoeft.so)", R_OK },
+		{ c->preload, preload, "preload/libmoeft.so", "the preload (libmoeft.so)", R_OK },
 		{ c->fixture, fixture, "tests/fixture", "the CPU fixture's directory", X_OK },
 		{ c->bench, NULL, "tests/bench/launch_bench", "the launch micro-benchmark", X_OK },
 		{ c->serve, NULL, "tests/serve/serve", "the test serving program", X_OK },

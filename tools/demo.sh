@@ -14,7 +14,7 @@
 set -eu
 
 build=${1:-build}
-moeft=$build/tools/moeft lib=$build/shim/libmoeft.so
+moeft=$build/tools/moeft lib=$build/preload/libmoeft.so
 serve=$build/tests/serve/serve
 steps=600 mode=graph
 for f in "$moeft" "$lib" "$serve"; do

@@ -16,7 +16,7 @@
 int launch_find_preload(char *out, size_t len)
 {
 	static const char *const beside[] = {
-		"../shim/libmoeft.so",                 /* the build tree */
+		"../preload/libmoeft.so",              /* the build tree */
 		"../lib/libmoeft.so",                  /* installed */
 		"../lib/x86_64-linux-gnu/libmoeft.so",
 		"../lib64/libmoeft.so",

@@ -49,7 +49,7 @@ trap 'rm -rf "$work" /dev/shm/moeft-gpu-*.wal*' EXIT
 mkdir -p "$logdir"
 export PYTHONDONTWRITEBYTECODE=1	# no __pycache__ in the working tree
 gen=tests/gpu/moe_generate.py
-moeft=$build/tools/moeft lib=$build/shim/libmoeft.so serve=$build/tests/serve/serve_cuda
+moeft=$build/tools/moeft lib=$build/preload/libmoeft.so serve=$build/tests/serve/serve_cuda
 steps=${GPU_STEPS:-96}
 window=16
 # Kills land after two windows and before the last steps.
@@ -82,7 +82,7 @@ build_moeft() {
 	export PATH
 	{
 		[[ -f $build/build.ninja ]] || meson setup "$build" -Dcuda=enabled
-		ninja -C "$build" tools/moeft shim/libmoeft.so tests/serve/serve_cuda \
+		ninja -C "$build" tools/moeft preload/libmoeft.so tests/serve/serve_cuda \
 			tests/gpu/test_kernels_gpu
 	} >"$logdir/build.log" 2>&1 || { tail -30 "$logdir/build.log"; exit 1; }
 	{

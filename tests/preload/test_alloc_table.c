@@ -20,6 +20,7 @@
 #include <libunwind.h>
 
 #include "alloc_table.h"
+#include "fingerprint.h"
 #include "record.h"
 #include "testutil.h"
 

@@ -1,5 +1,5 @@
 /*
- * test_fork_lock.c - the flock facts preload/runtime.c's fork rule rests on.
+ * test_fork_lock.c - the flock facts preload/start.c's fork rule rests on.
  *
  * A log's writer lock is an flock on the open file description, which a
  * fork()ed child shares through its copy of the descriptor.  The preload's

@@ -27,7 +27,7 @@ static struct kid_desc desc(int rule, const char *name, unsigned nparams)
 	d.name = name;
 	d.params_known = 1;
 	d.nparams = nparams;
-	for (i = 0; i < nparams && i < RULE_MAX_PARAMS; i++)
+	for (i = 0; i < nparams && i < KID_MAX_PARAMS; i++)
 		d.sizes[i] = 4 + 4 * (i % 2);
 	return d;
 }
@@ -72,10 +72,10 @@ static void test_long_name(void)
 	CU_ASSERT_FATAL(k != NULL);
 	memset(name, 'x', sizeof name - 1);
 	name[sizeof name - 1] = '\0';
-	d = desc(0, name, RULE_MAX_PARAMS + 5);
+	d = desc(0, name, KID_MAX_PARAMS + 5);
 	CU_ASSERT(kid_insert(k, handle(7), &d, &m) == KID_MATCH);
 	CU_ASSERT(strlen(m->name) == KID_NAME_MAX - 1);
-	CU_ASSERT(m->nparams == RULE_MAX_PARAMS);
+	CU_ASSERT(m->nparams == KID_MAX_PARAMS);
 	kid_destroy(k);
 }
 

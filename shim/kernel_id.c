@@ -84,7 +84,7 @@ int kid_insert(struct kid_cache *k, const void *handle, const struct kid_desc *d
 		x = &k->matches[n];
 		x->rule = d->rule;
 		x->params_known = d->params_known;
-		x->nparams = d->nparams < RULE_MAX_PARAMS ? d->nparams : RULE_MAX_PARAMS;
+		x->nparams = d->nparams < KID_MAX_PARAMS ? d->nparams : KID_MAX_PARAMS;
 		memcpy(x->sizes, d->sizes, x->nparams * sizeof x->sizes[0]);
 		copy_name(x->name, d->name);
 		atomic_store_explicit(&k->nmatch, n + 1, memory_order_relaxed);

@@ -1,14 +1,15 @@
 /*
- * kernel_id.h - what moeft decided about each kernel handle it has seen
- * launched, cached by the handle.
+ * kernel_id.h - the kernel decision cache: per kernel handle launched,
+ * whether the layer above claims the kernel, cached by the handle.
  *
  * A launch names its kernel by a handle: a host stub pointer or a
  * cudaKernel_t (runtime), a CUfunction (driver).  Naming a kernel costs
- * driver calls and a glob match against every rule, so it is done once per
- * handle and the decision cached here: no rule, or a rule plus the
- * kernel's parameter sizes (for rule_eval's bounds checks).  Each launch
- * then costs one lookup, which takes no lock and allocates nothing; only
- * the first launch of a handle (a miss) takes the insert mutex.
+ * driver calls and the layer above a glob match against every profile
+ * rule, so the shim does it once per handle and caches the decision here:
+ * unclaimed, or claimed by a rule, with the kernel's parameter sizes (for
+ * the owner's bounds checks).  Each launch then costs one lookup, which
+ * takes no lock and allocates nothing; only the first launch of a handle
+ * (a miss) takes the insert mutex.
  *
  * Handles of the three kinds are addresses of distinct objects, so one
  * table serves them all.  Entries are never removed: a module unloaded and
@@ -24,17 +25,17 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "profile.h"
-
 #define KID_NAME_MAX 128   /* bytes of a kernel name kept for messages */
+#define KID_MAX_PARAMS 64  /* parameter sizes kept per kernel */
 
 /* What the caller learned about a kernel it saw for the first time. */
 struct kid_desc {
-	int rule;                /* profile rule that owns it; -1: none */
+	int rule;                /* what the layer above claims it as (its
+				    profile rule); -1: unclaimed */
 	const char *name;        /* may be NULL (the kernel could not be named) */
 	int params_known;        /* the parameter sizes below are the driver's */
-	unsigned nparams;        /* at most RULE_MAX_PARAMS */
-	uint32_t sizes[RULE_MAX_PARAMS];
+	unsigned nparams;        /* at most KID_MAX_PARAMS */
+	uint32_t sizes[KID_MAX_PARAMS];
 };
 
 /* The cached decision for a kernel that a rule owns.  Never moves or
@@ -44,7 +45,7 @@ struct kid_match {
 	int params_known;
 	unsigned nparams;
 	atomic_int off;          /* set once the rule proved not to fit */
-	uint32_t sizes[RULE_MAX_PARAMS];
+	uint32_t sizes[KID_MAX_PARAMS];
 	char name[KID_NAME_MAX]; /* truncated copy, for messages */
 };
 

@@ -1,0 +1,369 @@
+/*
+ * capturing.c - capture (capturing.h): the ring, its consumer, the step
+ * clock and window boundaries.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "allocs.h"
+#include "capture.h"
+#include "capturing.h"
+#include "clock.h"
+#include "kernels.h"
+#include "msg.h"
+#include "pools.h"
+#include "resume.h"
+#include "ring.h"
+#include "shim.h"
+#include "snapshot.h"
+#include "wal.h"
+#include "window.h"
+
+/* 4 MiB of ring: ~500 appends of 256 tokens x top-8, several decode steps
+ * of a large model between two polls.  Full means drops (a gap in the
+ * window), never waiting. */
+#define CAP_RING_BYTES (UINT64_C(4) << 20)
+#define CAP_POLL_NS 1000000L
+
+_Static_assert((int)RULE_I32 == (int)CAP_DT_I32 && (int)RULE_U32 == (int)CAP_DT_U32 &&
+	       (int)RULE_I64 == (int)CAP_DT_I64, "rule and capture element types agree");
+
+static struct {
+	pthread_once_t once;
+	atomic_int on;           /* open and not failed */
+	uint64_t dev;            /* the device's address of the ring */
+	/* The ring's reader: the consumer thread, a host wait committing a
+	 * window before its results reach the application, or exit. */
+	pthread_mutex_t drain_lock;
+	struct ring ring;        /* under drain_lock */
+	struct window_asm *wa;   /* under drain_lock */
+	pthread_t thread;
+	atomic_bool stop;
+	/* The capture lock (capturing.h): the step clock, the boundaries, the
+	 * pools. */
+	pthread_mutex_t lock;
+	struct clock *clock;
+	uint64_t last_boundary;  /* first step of the open window */
+	struct capture_setup set;
+	atomic_int forked;       /* a child of fork(): the ring is the parent's */
+	atomic_ullong gaps;
+	atomic_bool said_off, said_lanes, said_mark;
+} cap = { .once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER,
+	    .drain_lock = PTHREAD_MUTEX_INITIALIZER };
+
+void capture_init(const struct capture_setup *s)
+{
+	cap.set = *s;
+}
+
+void capture_new_alloc(const struct alloc_info *a)
+{
+	pthread_mutex_lock(&cap.lock);
+	pools_of_alloc(a);
+	pthread_mutex_unlock(&cap.lock);
+}
+
+static void capture_off(const char *why)
+{
+	atomic_store_explicit(&cap.on, 0, memory_order_relaxed);
+	if (msg_first(&cap.said_off))
+		msg_log(WAL_LOG_ERROR, "capture: %s; capture stopped, forwarding goes on", why);
+}
+
+/*
+ * Deliver what is published, drain_lock held: 0, or -1 when the ring is
+ * damaged.  Drops carry no ring position: those counted before the poll go
+ * to the open window, ahead of the marks the poll may deliver.  (A drop
+ * racing with the poll is charged to the next window instead.)
+ */
+static int drain(void)
+{
+	struct ring_gap gap;
+	long n;
+
+	ring_poll(&cap.ring, NULL, NULL, &gap);
+	atomic_fetch_add_explicit(&cap.gaps, gap.entries, memory_order_relaxed);
+	wa_gap(cap.wa, gap.entries);
+	n = ring_poll(&cap.ring, wa_entry, cap.wa, NULL);
+	if (n >= 0)
+		return 0;
+	capture_off("the ring holds damage");
+	return -1;
+}
+
+/* While a boundary is in flight the consumer polls this much faster: the
+ * window commits sooner (the steps lost to a crash are the window plus
+ * those decoded before its commit), and the next boundary finds the
+ * staging area free. */
+#define CAP_POLL_BUSY_DIVISOR 10
+
+static void *consumer(void *arg)
+{
+	const struct timespec idle = { 0, CAP_POLL_NS },
+			      busy = { 0, CAP_POLL_NS / CAP_POLL_BUSY_DIVISOR };
+	int r;
+
+	shim_dev_bind_thread();	/* for its event queries */
+	while (!atomic_load_explicit(&cap.stop, memory_order_acquire)) {
+		pthread_mutex_lock(&cap.drain_lock);
+		if ((r = drain()) == 0 && snap_done() && (r = drain()) == 0 &&
+		    atomic_load_explicit(snap_busy(), memory_order_acquire)) {
+			snap_forget();
+			if (msg_first(&cap.said_mark))
+				msg_log(WAL_LOG_WARN, "capture: a window's end was lost (capture ring "
+					"full); the next window copies every KV chunk again");
+		}
+		pthread_mutex_unlock(&cap.drain_lock);
+		if (r < 0)
+			break;
+		if (resume_active())
+			resume_report();
+		nanosleep(atomic_load_explicit(snap_busy(), memory_order_relaxed) ? &busy : &idle,
+			  NULL);
+	}
+	return NULL;
+}
+
+/* How long exit waits for the last boundary's snapshot to come through. */
+#define CAP_EXIT_WAIT_POLLS 1000
+
+/*
+ * At exit: stop the consumer and deliver what the GPU has published, which
+ * commits the windows whose boundaries ran; for the last boundary, wait up
+ * to a second for moeft's own side stream (never for the application's
+ * work, and never with a device synchronize).  The open window stays
+ * uncommitted, as in a crash.  The ring stays mapped (the driver tears it
+ * down), since a GPU may still write into it.
+ */
+static void capture_close(void)
+{
+	const struct timespec poll = { 0, CAP_POLL_NS };
+	int i;
+
+	if (atomic_load_explicit(&cap.forked, memory_order_acquire))
+		return;	/* the thread is the parent's */
+	atomic_store_explicit(&cap.stop, 1, memory_order_release);
+	pthread_join(cap.thread, NULL);
+	pthread_mutex_lock(&cap.drain_lock);
+	for (i = 0; i < CAP_EXIT_WAIT_POLLS && atomic_load_explicit(&cap.on, memory_order_relaxed);
+	     i++) {
+		if (drain() < 0 || !atomic_load_explicit(snap_busy(), memory_order_acquire))
+			break;
+		nanosleep(&poll, NULL);
+	}
+	atomic_store_explicit(&cap.on, 0, memory_order_relaxed);
+	pthread_mutex_unlock(&cap.drain_lock);
+}
+
+static void forked(void)
+{
+	atomic_store_explicit(&cap.forked, 1, memory_order_release);
+	atomic_store_explicit(&cap.on, 0, memory_order_relaxed);
+}
+
+static void capture_open(void)
+{
+	struct wa_sink sink = { .wal = cap.set.wal, .kvs = cap.set.kvs, .log_lock = allocs_lock(),
+				.first_step = resume_active() ? resume_last_step() + 1 : 0 };
+	char why[256];
+	void *host;
+	int r;
+
+	if (kernels_load(why, sizeof why) < 0) {
+		capture_off(why);
+		return;
+	}
+	if ((r = shim_dev_host_alloc(ring_size(CAP_RING_BYTES), &host, &cap.dev))) {
+		snprintf(why, sizeof why, "allocating the ring failed (CUresult %d)", r);
+		capture_off(why);
+		return;
+	}
+	ring_init(&cap.ring, host, ring_size(CAP_RING_BYTES));
+	if (!(cap.wa = wa_create(&sink)) || !(cap.clock = clk_create(cap.set.window))) {
+		capture_off("out of memory");
+		return;
+	}
+	if (resume_active()) {
+		clk_resume(cap.clock, resume_last_step());
+		cap.last_boundary = resume_last_step() + 1;
+	}
+	if ((errno = pthread_create(&cap.thread, NULL, consumer, NULL))) {
+		capture_off(strerror(errno));
+		return;
+	}
+	pthread_atfork(NULL, NULL, forked);
+	atexit(capture_close);
+	atomic_store_explicit(&cap.on, 1, memory_order_release);
+	msg_log(WAL_LOG_DEBUG, "capture: a ring of %" PRIu64 " bytes, window %u steps",
+		CAP_RING_BYTES, cap.set.window);
+}
+
+static int capture_ready(void)
+{
+	pthread_once(&cap.once, capture_open);
+	return atomic_load_explicit(&cap.on, memory_order_acquire);
+}
+
+/* Enqueue moeft_capture_append(*a) on stream: 0, or -1 (capture stopped). */
+static int append_on(void *stream, const struct cap_append_args *a)
+{
+	char why[64];
+	int r = kernels_append(stream, a);
+
+	if (r == 0)
+		return 0;
+	snprintf(why, sizeof why, "cannot launch the append (CUresult %d)", r);
+	capture_off(why);
+	return -1;
+}
+
+/* The process enters `step`, the first of a window: enqueue the boundary of
+ * the window that ended; the capture lock held. */
+static void boundary(uint64_t step)
+{
+	uint64_t ids[CLK_MAX_LANES];
+	void *lanes[CLK_MAX_LANES];
+	unsigned n = clk_lanes(cap.clock, cap.last_boundary, ids, CLK_MAX_LANES), i;
+	char why[160];
+	int r;
+
+	for (i = 0; i < n; i++)
+		lanes[i] = (void *)(uintptr_t)ids[i];
+	r = snap_boundary(step, lanes, n, cap.dev, cap.wa, why, sizeof why);
+	if (r < 0)
+		capture_off(why);
+	else if (r > 0)
+		cap.last_boundary = step;
+}
+
+/* A step starts on stream, before the launch that starts it (a graph's
+ * when graph is set); the capture lock held. */
+static void step_started(void *stream, const struct clk_tick *t, int graph)
+{
+	struct cap_append_args m = {
+		.ring = (struct cap_ring *)(uintptr_t)cap.dev,
+		.tag = WA_TAG(WA_RULE_MARKER, 0, wa_lane((uintptr_t)stream)),
+		.step = t->step, .dtype = CAP_DT_I32,
+	};
+
+	if (t->boundary)
+		boundary(t->step);
+	if (atomic_load_explicit(&cap.on, memory_order_relaxed) && append_on(stream, &m) == 0 &&
+	    graph) {
+		m.tag = WA_TAG(WA_RULE_MARKER, 0, WA_LANE_GRAPH);
+		append_on(stream, &m);
+	}
+}
+
+/* This thread's waits for the GPU, for the clock (its address is the
+ * thread's id there). */
+static _Thread_local uint64_t my_syncs __attribute__((tls_model("initial-exec")));
+
+void capture_sync(void)
+{
+	my_syncs++;
+	if (cap.set.commit_async || !atomic_load_explicit(snap_busy(), memory_order_acquire))
+		return;
+	/* Deliver the snapshot's mark, which commits the window. */
+	pthread_mutex_lock(&cap.drain_lock);
+	if (atomic_load_explicit(&cap.on, memory_order_acquire) && snap_done())
+		drain();
+	pthread_mutex_unlock(&cap.drain_lock);
+}
+
+/* Move the clock for a launch of kind on stream: *t says where it falls.
+ * Returns 1 when the launch is being recorded into a graph, else 0. */
+static int tick(void *stream, int kind, uint64_t key, const struct rule_hit *h,
+		struct clk_tick *t)
+{
+	int capturing = shim_dev_capturing(stream) == 1;
+	struct clk_thread th = { (uintptr_t)&my_syncs, my_syncs };
+
+	pthread_mutex_lock(&cap.lock);
+	if (h && h->kind == RULE_KV)
+		pools_of_hit(h);
+	if (clk_hit(cap.clock, (uintptr_t)stream, kind, key, h ? h->rows : 0, capturing, &th,
+		    t) < 0) {
+		if (msg_first(&cap.said_lanes))
+			msg_log(WAL_LOG_WARN, "more than %u streams launch captured kernels; later "
+				"ones are not captured", CLK_MAX_LANES);
+		t->layer = UINT32_MAX;
+	} else if (t->new_step && !capturing) {
+		if (resume_active())
+			resume_step(stream, t);
+		step_started(stream, t, kind == CLK_GRAPH);
+	}
+	pthread_mutex_unlock(&cap.lock);
+	return capturing;
+}
+
+int capture_hit(int rule, const struct rule_hit *h, void *stream, struct capture_after *after)
+{
+	static const int kinds[] = { [RULE_ROUTING] = CLK_ROUTING, [RULE_KV] = CLK_KV,
+				     [RULE_STEP] = CLK_MARKER };
+	uint64_t key = h->kind == RULE_KV && h->npool ? h->pool[0] : h->ptr;
+	struct clk_tick t;
+	int captured;
+
+	if (!capture_ready())
+		return 0;
+	/* What cannot be described to the kernel is a gap, like a full ring. */
+	if (h->kind == RULE_ROUTING &&
+	    (h->rows > UINT32_MAX || h->k > UINT32_MAX || h->stride > UINT32_MAX ||
+	     rule >= WA_MAX_RULES)) {
+		atomic_fetch_add_explicit(&cap.gaps, 1, memory_order_relaxed);
+		return 0;
+	}
+	captured = tick(stream, kinds[h->kind], key, h, &t);
+	if (h->kind != RULE_ROUTING || t.layer == UINT32_MAX)
+		return 0;
+	after->rule = rule;
+	after->layer = t.layer;
+	after->lane = captured ? WA_LANE_GRAPH : wa_lane((uintptr_t)stream);
+	after->stream = stream;
+	after->hit = *h;
+	return 1;
+}
+
+void capture_after(const struct capture_after *x)
+{
+	const struct rule_hit *h = &x->hit;
+	struct cap_append_args a = {
+		.ring = (struct cap_ring *)(uintptr_t)cap.dev,
+		.src = (const void *)(uintptr_t)h->ptr,
+		.tag = WA_TAG((unsigned)x->rule,
+			      h->experts > 0 && h->experts <= 0xffff ? (unsigned)h->experts : 0,
+			      x->lane),
+		.step = x->layer,
+		.rows = (uint32_t)h->rows, .k = (uint32_t)h->k, .stride = (uint32_t)h->stride,
+		.dtype = (uint32_t)h->dtype,
+	};
+
+	if (atomic_load_explicit(&cap.on, memory_order_acquire))
+		append_on(x->stream, &a);
+}
+
+void capture_graph_launch(void *stream)
+{
+	struct clk_tick t;
+
+	/* Before any rule hit there is nothing a step could hold. */
+	if (atomic_load_explicit(&cap.on, memory_order_acquire))
+		tick(stream, CLK_GRAPH, 0, NULL, &t);
+}
+
+void capture_stats(struct capture_stats *st, struct wa_stats *win)
+{
+	st->gaps = atomic_load_explicit(&cap.gaps, memory_order_relaxed);
+	st->steps = cap.clock ? (long long)clk_step(cap.clock) + 1 : 0;
+	snap_counts(&st->boundaries, &st->skipped);
+	memset(win, 0, sizeof *win);
+	if (cap.wa)
+		wa_stats(cap.wa, win);
+}

@@ -1,0 +1,173 @@
+/*
+ * dispatch.c - the shim's events, handed on (dispatch.h).
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "allocs.h"
+#include "capturing.h"
+#include "dispatch.h"
+#include "fingerprint.h"
+#include "msg.h"
+#include "resume.h"
+#include "shim.h"
+#include "start.h"
+#include "wal.h"
+
+/* The shim's numbers are the log's (enums of their own, so compared as int). */
+#define SAME(a, b) ((int)(a) == (int)(b))
+_Static_assert(SAME(SHIM_ALLOC_CUDA_MALLOC, ALLOC_API_CUDA_MALLOC) &&
+	       SAME(SHIM_ALLOC_CUDA_MALLOC_ASYNC, ALLOC_API_CUDA_MALLOC_ASYNC) &&
+	       SAME(SHIM_ALLOC_CUDA_MALLOC_FROM_POOL_ASYNC, ALLOC_API_CUDA_MALLOC_FROM_POOL_ASYNC) &&
+	       SAME(SHIM_ALLOC_CUDA_MALLOC_MANAGED, ALLOC_API_CUDA_MALLOC_MANAGED) &&
+	       SAME(SHIM_ALLOC_CU_MEM_ALLOC, ALLOC_API_CU_MEM_ALLOC) &&
+	       SAME(SHIM_ALLOC_CU_MEM_ALLOC_ASYNC, ALLOC_API_CU_MEM_ALLOC_ASYNC) &&
+	       SAME(SHIM_ALLOC_CU_MEM_ALLOC_FROM_POOL_ASYNC, ALLOC_API_CU_MEM_ALLOC_FROM_POOL_ASYNC),
+	       "allocation APIs");
+_Static_assert(SAME(SHIM_LOG_ERROR, WAL_LOG_ERROR) && SAME(SHIM_LOG_WARN, WAL_LOG_WARN) &&
+	       SAME(SHIM_LOG_INFO, WAL_LOG_INFO) && SAME(SHIM_LOG_DEBUG, WAL_LOG_DEBUG),
+	       "message levels");
+#undef SAME
+_Static_assert(KID_MAX_PARAMS == RULE_MAX_PARAMS, "the cache keeps every size a rule reads");
+
+static struct {
+	const struct profile *prof;
+	int kv_selectors;
+	atomic_ullong *hits;         /* per rule */
+	atomic_ullong graph_launches, capture_begin, capture_end;
+} dp;
+
+int dispatch_init(const struct profile *prof, int kv_selectors)
+{
+	dp.prof = prof;
+	dp.kv_selectors = kv_selectors;
+	dp.hits = calloc(prof->count ? prof->count : 1, sizeof *dp.hits);
+	return dp.hits ? 0 : -1;
+}
+
+static void ev_alloc(unsigned api, uint64_t base, uint64_t size, uint64_t fingerprint)
+{
+	struct alloc_info a;
+
+	if (allocs_new(api, base, size, fingerprint, &a) < 0)
+		return;
+	if (dp.kv_selectors)
+		capture_new_alloc(&a);
+	if (resume_active())
+		resume_alloc(&a);
+}
+
+static void ev_map(uint64_t va, uint64_t size, uint64_t handle, uint64_t fingerprint)
+{
+	struct alloc_info a;
+
+	allocs_map(va, size, handle, fingerprint, &a);
+}
+
+static int ev_claim(const char *name, int params_known)
+{
+	int rule = profile_match(dp.prof, name);
+	char label[64];
+
+	if (rule < 0)
+		return -1;
+	profile_rule_label(dp.prof, rule, label, sizeof label);
+	msg_log(WAL_LOG_DEBUG, "kernel %s: rule %s", name, label);
+	/* Without sizes a rule could read past a parameter: never. */
+	if (!params_known) {
+		msg_log(WAL_LOG_WARN, "rule %s owns kernel %s, but the driver does not report its "
+			"parameter sizes; it is not evaluated", label, name);
+		return -1;
+	}
+	return rule;
+}
+
+/* What a launch leaves for after it succeeded, held by the launching
+ * thread: a depth-0 launch never nests in another. */
+static _Thread_local struct {
+	void *stream;
+	int restore;            /* enqueue the restore's copies */
+	int capture;            /* append the routing of the hit */
+	struct capture_after cap;
+} after __attribute__((tls_model("initial-exec")));
+
+static int ev_launch(const struct shim_launch *l)
+{
+	struct kid_match *m = l->match;
+	struct rule_hit hit;
+	char label[64];
+	int r;
+
+	after.stream = l->stream;
+	after.restore = resume_initialiser();
+	after.capture = 0;
+	if (!m || !l->args || atomic_load_explicit(&m->off, memory_order_relaxed))
+		return after.restore;
+	r = rule_eval(&dp.prof->rules[m->rule], l->args, m->sizes, m->nparams, l->grid,
+		      l->block, &hit);
+	if (r > 0) {
+		atomic_fetch_add_explicit(&dp.hits[m->rule], 1, memory_order_relaxed);
+		after.capture = capture_hit(m->rule, &hit, l->stream, &after.cap);
+		return after.capture | after.restore;
+	}
+	if (r < 0 && !atomic_exchange(&m->off, 1))
+		msg_log(WAL_LOG_WARN, "rule %s does not fit kernel %s (it reads a parameter the "
+			"kernel lacks or holds a bad value); no longer evaluated for it",
+			profile_rule_label(dp.prof, m->rule, label, sizeof label), m->name);
+	return after.restore;
+}
+
+static void ev_launched(void)
+{
+	if (after.restore)
+		resume_after(after.stream);
+	if (after.capture)
+		capture_after(&after.cap);
+}
+
+static void ev_graph_launch(void *stream)
+{
+	atomic_fetch_add_explicit(&dp.graph_launches, 1, memory_order_relaxed);
+	capture_graph_launch(stream);
+}
+
+static void ev_capture(int begin)
+{
+	atomic_fetch_add_explicit(begin ? &dp.capture_begin : &dp.capture_end, 1,
+				  memory_order_relaxed);
+}
+
+static const struct shim_events events = {
+	.start = preload_start,
+	.callsite = fingerprint_callsite,
+	.alloc = ev_alloc,
+	.free = allocs_free,
+	.map = ev_map,
+	.unmap = allocs_unmap,
+	.claim = ev_claim,
+	.launch = ev_launch,
+	.launched = ev_launched,
+	.graph_launch = ev_graph_launch,
+	.capture = ev_capture,
+	.sync = capture_sync,
+	.log = msg_line,
+};
+
+__attribute__((constructor)) static void register_events(void)
+{
+	shim_register(&events);
+}
+
+#define LD(x) atomic_load_explicit(&(x), memory_order_relaxed)
+
+void dispatch_stats(struct dispatch_stats *st)
+{
+	st->graph_launches = LD(dp.graph_launches);
+	st->capture_begin = LD(dp.capture_begin);
+	st->capture_end = LD(dp.capture_end);
+}
+
+unsigned long long dispatch_rule_hits(unsigned rule)
+{
+	return LD(dp.hits[rule]);
+}

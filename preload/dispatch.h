@@ -1,0 +1,23 @@
+/*
+ * dispatch.h - the events the shim reports (shim.h), each handed to the
+ * modules that own what it concerns, and the launch path's rule
+ * evaluation.  The table is registered with the shim at load.
+ */
+#ifndef MOEFT_DISPATCH_H
+#define MOEFT_DISPATCH_H
+
+#include "profile.h"
+
+/* At start, before events flow: the rules, and whether MOEFT_KV selectors
+ * may make new allocations pools.  0, or -1 without memory. */
+int dispatch_init(const struct profile *prof, int kv_selectors);
+
+struct dispatch_stats {
+	unsigned long long graph_launches, capture_begin, capture_end;
+};
+
+void dispatch_stats(struct dispatch_stats *st);
+/* Launches that rule `rule` hit. */
+unsigned long long dispatch_rule_hits(unsigned rule);
+
+#endif

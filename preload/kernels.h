@@ -1,0 +1,23 @@
+/*
+ * kernels.h - moeft's own kernels (kernels/) on the device, through the
+ * shim: loaded from the first image the driver takes, launched on the
+ * serving process's streams or moeft's side stream.
+ */
+#ifndef MOEFT_PRELOAD_KERNELS_H
+#define MOEFT_PRELOAD_KERNELS_H
+
+#include <stddef.h>
+
+#include "capture.h"
+#include "kvsnap.h"
+
+/* Load both kernels, in the calling thread's current context: 0, or -1
+ * with one line in why. */
+int kernels_load(char *why, size_t whylen);
+
+/* Enqueue moeft_capture_append(*a) (one block) or moeft_kv_snapshot(*a) on
+ * stream: 0 or the driver's CUresult.  Only after kernels_load succeeded. */
+int kernels_append(void *stream, const struct cap_append_args *a);
+int kernels_snapshot(void *stream, const struct kv_snap_args *a);
+
+#endif

@@ -1,0 +1,186 @@
+/*
+ * resume.c - restore mode (resume.h).
+ *
+ * One lock, taken last wherever it nests (under the capture lock at a
+ * step, under nothing at an allocation or a launch), guards the plan's
+ * claims and the copies' event.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "msg.h"
+#include "restore.h"
+#include "resume.h"
+#include "shim.h"
+#include "wal.h"
+
+static struct {
+	pthread_mutex_t lock;
+	struct restore_plan plan;
+	int active;                /* written once, before events flow */
+	atomic_int watching;       /* MOEFT_RESTORE_AT=init, until the copies */
+	int matched;               /* every pool of the plan is claimed */
+	int init_seen;             /* the initialiser came */
+	void *restored;            /* the copies' event once enqueued */
+	struct timespec t0;
+	int reported;
+} rm = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+void resume_refuse(const char *fmt, ...)
+{
+	char what[768];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof what, fmt, ap);
+	va_end(ap);
+	msg_log(WAL_LOG_ERROR, "restore: %s; stopping (run moeft restore with --force-fresh to "
+		"start without restoring)", what);
+	_exit(RESUME_EXIT_REFUSED);
+}
+
+void resume_start(const char *path, struct wal *w, const char *wal_path, int at_step)
+{
+	struct wal_stats st;
+	char err[600];
+
+	if (restore_plan_load(path, &rm.plan, err, sizeof err) < 0)
+		resume_refuse("MOEFT_RESTORE: %s", err);
+	wal_stats(w, &st);
+	if (rm.plan.log_id != st.log_id)
+		resume_refuse("MOEFT_RESTORE: the plan is for log %016" PRIx64 ", %s is log %016"
+			      PRIx64, rm.plan.log_id, wal_path, st.log_id);
+	rm.active = 1;
+	rm.matched = !restore_unmatched(&rm.plan);
+	if (!at_step) {
+		atomic_store_explicit(&rm.watching, 1, memory_order_relaxed);
+		shim_watch_launches(1);
+	}
+	msg_log(WAL_LOG_INFO, "restore: %u KV pools of window %" PRIu64 " to restore",
+		rm.plan.npools, rm.plan.window);
+}
+
+int resume_active(void)
+{
+	return rm.active;
+}
+
+uint64_t resume_last_step(void)
+{
+	return rm.plan.last_step;
+}
+
+void resume_alloc(const struct alloc_info *a)
+{
+	const struct restore_pool *q;
+
+	pthread_mutex_lock(&rm.lock);
+	if (!rm.restored && (q = restore_match(&rm.plan, a->fingerprint, a->size, a->ordinal,
+					       a->base))) {
+		msg_log(WAL_LOG_DEBUG, "restore: pool %u is the allocation at 0x%" PRIx64, q->no,
+			a->base);
+		rm.matched = !restore_unmatched(&rm.plan);
+	}
+	pthread_mutex_unlock(&rm.lock);
+}
+
+/* Copy the images in on stream, ahead of what is enqueued next; lock held. */
+static void copy_in(void *stream)
+{
+	const struct restore_pool *q = restore_unmatched(&rm.plan);
+	uint64_t bytes = 0;
+	unsigned i;
+	int r;
+
+	if (q)
+		resume_refuse("pool %u of the crashed process (%" PRIu64 " bytes, call site %016"
+			      PRIx64 ", ordinal %u) has no allocation of the same identity here: "
+			      "another model or configuration", q->no, q->size, q->fingerprint,
+			      q->ordinal);
+	clock_gettime(CLOCK_MONOTONIC, &rm.t0);
+	for (i = 0; i < rm.plan.npools; i++) {
+		q = &rm.plan.pools[i];
+		if ((r = shim_dev_copy_to_device(q->base, q->image, q->size, stream)))
+			resume_refuse("copying pool %u in failed (CUresult %d)", q->no, r);
+		bytes += q->size;
+	}
+	if ((r = shim_dev_event(&rm.restored)) || (r = shim_dev_record(rm.restored, stream)))
+		resume_refuse("cannot record the copies' event (CUresult %d)", r);
+	atomic_store_explicit(&rm.watching, 0, memory_order_relaxed);
+	shim_watch_launches(0);
+	msg_log(WAL_LOG_INFO, "restore: %u KV pools, %" PRIu64 " bytes of window %" PRIu64
+		" (steps %" PRIu64 "-%" PRIu64 ") enqueued; resuming at step %" PRIu64,
+		rm.plan.npools, bytes, rm.plan.window, rm.plan.first_step, rm.plan.last_step,
+		rm.plan.last_step + 1);
+}
+
+int resume_initialiser(void)
+{
+	int r;
+
+	if (!atomic_load_explicit(&rm.watching, memory_order_relaxed))
+		return 0;
+	pthread_mutex_lock(&rm.lock);
+	r = !rm.restored && rm.matched && !rm.init_seen;
+	if (r)
+		rm.init_seen = 1;
+	pthread_mutex_unlock(&rm.lock);
+	return r;
+}
+
+void resume_after(void *stream)
+{
+	pthread_mutex_lock(&rm.lock);
+	if (!rm.restored)
+		copy_in(stream);
+	pthread_mutex_unlock(&rm.lock);
+}
+
+void resume_step(void *stream, const struct clk_tick *t)
+{
+	int r;
+
+	pthread_mutex_lock(&rm.lock);
+	if (!rm.restored)
+		copy_in(stream);
+	else if (t->lane_first && (r = shim_dev_wait(stream, rm.restored)))
+		resume_refuse("cannot order a stream after the copies (CUresult %d)", r);
+	pthread_mutex_unlock(&rm.lock);
+}
+
+void resume_check_kv_pool(const struct alloc_info *a)
+{
+	pthread_mutex_lock(&rm.lock);
+	if (rm.restored && !restore_claimed(&rm.plan, a->base))
+		resume_refuse("the allocation at 0x%" PRIx64 " (%" PRIu64 " bytes) holds KV here, "
+			      "but the crashed process had no such KV pool: another model or "
+			      "configuration", a->base, a->size);
+	pthread_mutex_unlock(&rm.lock);
+}
+
+void resume_report(void)
+{
+	struct timespec t;
+	uint64_t bytes = 0;
+	double s;
+	unsigned i;
+
+	pthread_mutex_lock(&rm.lock);
+	if (rm.reported || !rm.restored || shim_dev_query(rm.restored) != 0) {
+		pthread_mutex_unlock(&rm.lock);
+		return;
+	}
+	rm.reported = 1;
+	pthread_mutex_unlock(&rm.lock);
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	s = (double)(t.tv_sec - rm.t0.tv_sec) + (double)(t.tv_nsec - rm.t0.tv_nsec) / 1e9;
+	for (i = 0; i < rm.plan.npools; i++)
+		bytes += rm.plan.pools[i].size;
+	msg_log(WAL_LOG_WARN, "restore: %" PRIu64 " bytes of KV restored in %.3f s (%.2f GB/s)",
+		bytes, s, s > 0 ? (double)bytes / s / 1e9 : 0.0);
+}

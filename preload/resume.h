@@ -1,0 +1,69 @@
+/*
+ * resume.h - restore mode: the fresh process of `moeft restore -- CMD`
+ * takes the KV pools of the crashed one (the plan, restore.h) and resumes
+ * at the step after the restored window.
+ *
+ * Allocations claim the plan's pools by identity as they are made.  With
+ * MOEFT_RESTORE_AT=init (the default) the first launch once every pool is
+ * claimed is taken for their initialiser (torch.zeros' fill kernel runs
+ * right after the allocation), and the images are copied in right after it
+ * in its stream, before anything can read the pools; until then every
+ * launch is watched (shim_watch_launches).  With MOEFT_RESTORE_AT=step
+ * they are copied in at the process's first step, ahead of its first
+ * launch.  Either way every other stream waits for the copies before its
+ * own first step.
+ *
+ * Whatever keeps the process from taking the plan (a bad plan, a pool no
+ * allocation claimed, a KV write into an allocation the crashed process had
+ * no pool for, a copy the driver refused) stops it with status
+ * RESUME_EXIT_REFUSED and one line: running on would serve from state the
+ * user believes restored.
+ */
+#ifndef MOEFT_RESUME_H
+#define MOEFT_RESUME_H
+
+#include <stdint.h>
+
+#include "alloc_table.h"
+#include "clock.h"
+
+struct wal;
+
+#define RESUME_EXIT_REFUSED 3
+
+/* Load the plan at path for log w (at wal_path); at_step:
+ * MOEFT_RESTORE_AT=step.  Stops the process when the plan cannot be taken. */
+void resume_start(const char *path, struct wal *w, const char *wal_path, int at_step);
+
+/* Restore mode is on (resume_start ran). */
+int resume_active(void);
+/* The last step of the restored window. */
+uint64_t resume_last_step(void);
+
+/* A new allocation may claim a pool of the plan. */
+void resume_alloc(const struct alloc_info *a);
+
+/* MOEFT_RESTORE_AT=init, for a launch while launches are watched: 1 when
+ * it is the pools' initialiser, after which resume_after(stream) must
+ * enqueue the copies. */
+int resume_initialiser(void);
+void resume_after(void *stream);
+
+/* A stream starts a step (t: the clock's tick): the copies go ahead of it
+ * if they have not been enqueued, else a stream's first step waits for
+ * them. */
+void resume_step(void *stream, const struct clk_tick *t);
+
+/* Allocation a holds KV here: stop if the copies are in and the crashed
+ * process had no pool there. */
+void resume_check_kv_pool(const struct alloc_info *a);
+
+/* Polled by the consumer: once the copies are done, one line with the
+ * time they took. */
+void resume_report(void);
+
+/* Stop the process: the plan cannot be taken (printf-style reason). */
+__attribute__((noreturn, format(printf, 1, 2)))
+void resume_refuse(const char *fmt, ...);
+
+#endif
