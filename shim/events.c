@@ -51,6 +51,11 @@ int shim_start(void)
 	return atomic_load_explicit(&shim_state, memory_order_acquire) == SHIM_ON;
 }
 
+int shim_events_on(void)
+{
+	return shim_on();
+}
+
 void shim_events_off(void)
 {
 	atomic_store_explicit(&shim_state, SHIM_OFF, memory_order_release);

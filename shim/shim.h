@@ -99,6 +99,10 @@ struct shim_events {
  * without one, every call is forwarded untouched. */
 void shim_register(const struct shim_events *ev);
 
+/* Whether events are on, starting them (the layer above's start event) if
+ * no hooked call has yet: 1 when on, 0 when off for good. */
+int shim_events_on(void);
+
 /* No more events in this process, for good (a child of fork()). */
 void shim_events_off(void);
 

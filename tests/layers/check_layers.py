@@ -22,7 +22,8 @@ ALLOWED = {
     "shim": {"shim"},
     "kernels": {"kernels"},
     "wal": {"wal"},
-    "preload": {"preload", "shim", "wal", "kernels"},
+    "include": {"include"},
+    "preload": {"preload", "include", "shim", "wal", "kernels"},
     "tools": {"tools", "preload", "wal", "kernels"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
