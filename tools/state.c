@@ -8,6 +8,7 @@
  * bounded by what the log holds, never by a count the store claims.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -316,20 +317,15 @@ static int open_store(struct state *s, const char *wal_path, char *msg, size_t l
 {
 	struct wal_error err = { 0 };
 	struct stat st;
-	size_t n = strlen(wal_path);
-	char *path = malloc(n + 4);
-	int ret = 0;
+	char path[PATH_MAX];
 
-	if (!path)
-		return fail(msg, len, "out of memory");
-	memcpy(path, wal_path, n);
-	memcpy(path + n, ".kv", 4);
+	if (kvs_path(wal_path, path, sizeof path) < 0)
+		return fail(msg, len, "%s: the path of its KV store is too long", wal_path);
 	if (stat(path, &st) < 0 && errno == ENOENT)
 		s->kv = NULL;
 	else if (kvs_reader_open(path, s->rec->log_id, &s->kv, &err) < 0)
-		ret = fail(msg, len, "%s", err.msg);
-	free(path);
-	return ret;
+		return fail(msg, len, "%s", err.msg);
+	return 0;
 }
 
 int state_load(struct state *s, const char *wal_path, char *msg, size_t msglen)

@@ -360,6 +360,17 @@ static void erase_uncommitted(struct kvs *s, const char *path, uint64_t first)
 			 path, (unsigned long long)erased, (unsigned long long)first);
 }
 
+int kvs_path(const char *wal_path, char *out, size_t len)
+{
+	int n = snprintf(out, len, "%s.kv", wal_path);
+
+	if (n >= 0 && (size_t)n < len)
+		return 0;
+	if (len)
+		out[0] = '\0';
+	return -1;
+}
+
 int kvs_open(const char *path, uint64_t log_id, int numa_node, uint64_t first_uncommitted,
 	     struct kvs **out, struct wal_error *err)
 {

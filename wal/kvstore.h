@@ -3,8 +3,8 @@
  *
  * The log (wal.h) holds routing and small records; KV data is too large to
  * pass through its ring, so it lives in a second file next to it (the
- * log's path + ".kv", on the same medium and NUMA node), written by the
- * same process.  Each KV pool the preload tracks has a region of chunks,
+ * log's path + ".kv", kvs_path; on the same medium and NUMA node), written
+ * by the same process.  Each KV pool the preload tracks has a region of chunks,
  * and each chunk two slots, so that writing a chunk for the open window
  * never overwrites the copy the last committed window refers to (the
  * commit protocol of shared/DESIGN.md: data, persist, WINDOW record,
@@ -45,6 +45,10 @@ struct kvs_pool_desc {
 };
 
 struct kvs;
+
+/* The path of the store beside the log at wal_path: wal_path + ".kv", into
+ * out.  0, or -1 (out emptied) when it does not fit in len bytes. */
+int kvs_path(const char *wal_path, char *out, size_t len);
 
 /*
  * Open (creating it when missing) the store at path for writing, bound to
