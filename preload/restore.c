@@ -222,13 +222,14 @@ int restore_plan_load(const char *path, struct restore_plan *p, char *err, size_
 const struct restore_pool *restore_match(struct restore_plan *p, uint64_t fingerprint,
 					 uint64_t size, uint32_t ordinal, uint64_t base)
 {
+	struct alloc_ident want = { fingerprint, size, ordinal };
 	unsigned i;
 
 	for (i = 0; i < p->npools; i++) {
 		struct restore_pool *q = &p->pools[i];
 
-		if (!q->base && q->fingerprint == fingerprint && q->size == size &&
-		    q->ordinal == ordinal) {
+		if (!q->base &&
+		    alloc_ident_eq((struct alloc_ident){ q->fingerprint, q->size, q->ordinal }, want)) {
 			q->base = base;
 			return q;
 		}

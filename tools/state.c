@@ -255,8 +255,8 @@ static const struct state_alloc *live_pool(const struct state *s, const struct k
 	for (size_t i = 0; i < s->nalloc; i++) {
 		const struct rec_alloc *a = &s->alloc[i].a;
 
-		if (a->role == ALLOC_ROLE_KV_POOL && a->fingerprint == d->fingerprint &&
-		    a->size == d->size && a->ordinal == d->ordinal)
+		if (a->role == ALLOC_ROLE_KV_POOL &&
+		    alloc_ident_eq(rec_alloc_ident(a), kvs_pool_ident(d)))
 			return &s->alloc[i];
 	}
 	return NULL;

@@ -416,8 +416,8 @@ void kvs_close(struct kvs *s)
 
 static int same_pool(const struct kvs_pool_desc *a, const struct kvs_pool_desc *b)
 {
-	return a->fingerprint == b->fingerprint && a->size == b->size &&
-	       a->chunk_bytes == b->chunk_bytes && a->ordinal == b->ordinal;
+	return alloc_ident_eq(kvs_pool_ident(a), kvs_pool_ident(b)) &&
+	       a->chunk_bytes == b->chunk_bytes;
 }
 
 /*

@@ -31,11 +31,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ident.h"
 #include "wal.h"
 
 #define KVS_MAX_POOLS 64u
 
-/* A KV pool, as the preload identifies it across processes. */
+/* A KV pool: the allocation that holds it (ident.h), and its chunk size. */
 struct kvs_pool_desc {
 	uint64_t fingerprint;   /* allocation call site (rec_alloc.fingerprint) */
 	uint64_t size;          /* allocation bytes */
@@ -43,6 +44,11 @@ struct kvs_pool_desc {
 	uint32_t ordinal;       /* rec_alloc.ordinal */
 	uint32_t pad;           /* ignored */
 };
+
+static inline struct alloc_ident kvs_pool_ident(const struct kvs_pool_desc *d)
+{
+	return (struct alloc_ident){ d->fingerprint, d->size, d->ordinal };
+}
 
 struct kvs;
 
