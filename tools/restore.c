@@ -24,10 +24,10 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "blank.h"
 #include "cli.h"
 #include "crc32c.h"
 #include "json.h"
-#include "format.h"
 #include "launch.h"
 #include "record.h"
 #include "restore.h"
@@ -653,28 +653,13 @@ static void summary(const struct restore *rs, double seconds)
 		mbs, rs->out);
 }
 
-/* A log file whose data area holds zeros only: its process died before it
- * finished formatting it, and the preload takes such a file over (the
- * metadata below the data area may be half written).  Holes are found
- * without reading them. */
+/* A log the preload will take over as blank (its process died before it
+ * finished formatting it): nothing to restore. */
 static int blank(const char *path)
 {
-	static uint8_t buf[1 << 16];
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	off_t at;
-	ssize_t n;
-	int zeros = 1;
+	struct wal_error err;
 
-	if (fd < 0)
-		return 0;
-	at = lseek(fd, WAL_DATA_OFF, SEEK_DATA);
-	if (at >= 0 && lseek(fd, at, SEEK_SET) == at)
-		while (zeros && (n = read(fd, buf, sizeof buf)) > 0)
-			zeros = buf[0] == 0 && !memcmp(buf, buf + 1, (size_t)n - 1);
-	else if (errno != ENXIO)
-		zeros = 0;
-	close(fd);
-	return zeros;
+	return wal_medium_state_path(path, &err) == WAL_MEDIUM_BLANK;
 }
 
 static int run(struct restore *rs)
