@@ -45,18 +45,24 @@ static int word(struct cursor *c, const char *w)
 	return 0;
 }
 
-/* A decimal, then a space (more follows) or the end of the line. */
-static int number(struct cursor *c, uint64_t max, uint64_t *v, int last)
+/* After a field: a space (more follows) or the end of the line. */
+static int field_end(struct cursor *c, int last)
 {
-	if (parse_decimal(&c->p, max, v) < 0)
-		return fail(c, "expected a number up to %llu", (unsigned long long)max);
 	if (*c->p != (last ? '\n' : ' '))
 		return fail(c, last ? "expected the end of the line" : "expected a space");
 	c->p++;
 	return 0;
 }
 
-/* Exactly 16 lowercase hex digits, then a space or the end of the line. */
+/* A decimal, then the field's end. */
+static int number(struct cursor *c, uint64_t max, uint64_t *v, int last)
+{
+	if (parse_decimal(&c->p, max, v) < 0)
+		return fail(c, "expected a number up to %llu", (unsigned long long)max);
+	return field_end(c, last);
+}
+
+/* Exactly 16 lowercase hex digits, then the field's end. */
 static int hex64(struct cursor *c, uint64_t *v, int last)
 {
 	unsigned i;
@@ -73,10 +79,7 @@ static int hex64(struct cursor *c, uint64_t *v, int last)
 			return fail(c, "expected 16 hex digits");
 	}
 	c->p += 16;
-	if (*c->p != (last ? '\n' : ' '))
-		return fail(c, last ? "expected the end of the line" : "expected a space");
-	c->p++;
-	return 0;
+	return field_end(c, last);
 }
 
 /* A file name of [A-Za-z0-9._-], not "." or "..", to the end of the line. */

@@ -86,7 +86,7 @@ int main(void)
 		CU_TEST_INFO_NULL,
 	};
 	CU_SuiteInfo suites[] = {
-		{ "restore plan", NULL, NULL, NULL, NULL, tests },
+		{ "restore mode", NULL, NULL, NULL, NULL, tests },
 		CU_SUITE_INFO_NULL,
 	};
 

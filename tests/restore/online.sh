@@ -90,13 +90,19 @@ grep -q "pool $1 chunk $2" "$dir/bad.err" ||
 grep -q "not starting" "$dir/bad.err" || fail "damaged chunk: $(cat "$dir/bad.err")"
 [ -s "$dir/bad.out" ] && fail "damaged chunk: the command ran"
 
+# starts_fresh NAME WHAT: the log NAME.wal has nothing to restore, so the
+# command starts fresh (and ends as a run without moeft does).
+starts_fresh() {
+	"$moeft" restore --wal "$dir/$1.wal" --preload "$lib" -- "$serve" --steps=40 \
+		--journal="$dir/j$1" >"$dir/$1.out" 2>"$dir/$1.err" || fail "$2: $(cat "$dir/$1.err")"
+	cmp -s "$dir/$1.out" "$dir/n.want" || fail "$2: output differs"
+	grep -q "nothing to restore, starting" "$dir/$1.err" || fail "$2: $(cat "$dir/$1.err")"
+}
+
 # Nothing committed yet: the command starts fresh.
 "$kvtool" fresh "$dir/n.wal" || fail "kvtool fresh failed"
 "$serve" --steps=40 >"$dir/n.want"
-"$moeft" restore --wal "$dir/n.wal" --preload "$lib" -- "$serve" --steps=40 \
-	--journal="$dir/jn" >"$dir/n.out" 2>"$dir/n.err" || fail "fresh log: $(cat "$dir/n.err")"
-cmp -s "$dir/n.out" "$dir/n.want" || fail "fresh log: output differs"
-grep -q "nothing to restore, starting" "$dir/n.err" || fail "fresh log: $(cat "$dir/n.err")"
+starts_fresh n "fresh log"
 
 # A format killed before its superblock magic (metadata written, the data
 # area zeros, here a hole) is blank, as to the preload, which takes it
@@ -107,10 +113,7 @@ truncate -s 1M "$dir/h.wal"
 cp "$dir/h.wal" "$dir/x.wal"
 printf x | dd of="$dir/x.wal" bs=1 seek=8192 conv=notrunc 2>/dev/null
 cp "$dir/x.wal" "$dir/x.wal.orig"
-"$moeft" restore --wal "$dir/h.wal" --preload "$lib" -- "$serve" --steps=40 \
-	--journal="$dir/jh" >"$dir/h.out" 2>"$dir/h.err" || fail "half format: $(cat "$dir/h.err")"
-cmp -s "$dir/h.out" "$dir/n.want" || fail "half format: output differs"
-grep -q "nothing to restore, starting" "$dir/h.err" || fail "half format: $(cat "$dir/h.err")"
+starts_fresh h "half format"
 "$moeft" restore --wal "$dir/x.wal" --preload "$lib" -- "$serve" --steps=40 \
 	--journal="$dir/jx" >"$dir/x.out" 2>"$dir/x.err"
 ret=$?
