@@ -90,9 +90,9 @@ const struct restore_pool *restore_match(struct restore_plan *p, uint64_t finger
 
 	for (i = 0; i < p->npools; i++) {
 		struct restore_pool *q = &p->pools[i];
+		struct alloc_ident has = { q->fingerprint, q->size, q->ordinal };
 
-		if (!q->base &&
-		    alloc_ident_eq((struct alloc_ident){ q->fingerprint, q->size, q->ordinal }, want)) {
+		if (!q->base && alloc_ident_eq(has, want)) {
 			q->base = base;
 			return q;
 		}

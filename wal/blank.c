@@ -45,7 +45,8 @@ static int zeros_from(const struct media *m, uint64_t off)
 
 static int magic_at(const struct media *m, uint64_t off)
 {
-	return m->size >= off + sizeof SB_MAGIC && !memcmp(m->base + off, SB_MAGIC, sizeof SB_MAGIC);
+	return m->size >= off + sizeof SB_MAGIC &&
+	       !memcmp(m->base + off, SB_MAGIC, sizeof SB_MAGIC);
 }
 
 int wal_medium_state(const struct media *m)

@@ -129,8 +129,8 @@ static void test_widest(void)
 	CU_ASSERT_EQUAL_FATAL(n, 21 + 21 + 70 + 64 * 140 + 10 * 1 + 54 * 2);
 	CU_ASSERT_EQUAL((size_t)n, strlen(text));
 	CU_ASSERT(strstr(text, "window 18446744073709551615 18446744073709551615 "
-			       "18446744073709551615\npool 0 ffffffffffffffff "
-			       "18446744073709551615 4294967295 18446744073709551615 AAaaa") != NULL);
+			 "18446744073709551615\npool 0 ffffffffffffffff 18446744073709551615 "
+			 "4294967295 18446744073709551615 AAaaa") != NULL);
 	CU_ASSERT_EQUAL_FATAL(restore_plan_parse(text, &q, err, sizeof err), 0);
 	CU_ASSERT_EQUAL(memcmp(&p, &q, sizeof p), 0);
 }

@@ -94,7 +94,8 @@ grep -q "not starting" "$dir/bad.err" || fail "damaged chunk: $(cat "$dir/bad.er
 # command starts fresh (and ends as a run without moeft does).
 starts_fresh() {
 	"$moeft" restore --wal "$dir/$1.wal" --preload "$lib" -- "$serve" --steps=40 \
-		--journal="$dir/j$1" >"$dir/$1.out" 2>"$dir/$1.err" || fail "$2: $(cat "$dir/$1.err")"
+		--journal="$dir/j$1" >"$dir/$1.out" 2>"$dir/$1.err" ||
+		fail "$2: $(cat "$dir/$1.err")"
 	cmp -s "$dir/$1.out" "$dir/n.want" || fail "$2: output differs"
 	grep -q "nothing to restore, starting" "$dir/$1.err" || fail "$2: $(cat "$dir/$1.err")"
 }
