@@ -4,18 +4,11 @@
  *
  * `moeft restore --wal W -- CMD` materialises that state into a directory
  * (manifest.json, one image per KV pool) and starts CMD with
- * MOEFT_RESTORE naming the directory's plan file: a few lines of text,
- *
- *	moeft-restore-plan 1
- *	log LOG_ID                      (16 hex digits)
- *	window ID FIRST_STEP LAST_STEP
- *	pool NO FINGERPRINT SIZE ORDINAL CHUNK_BYTES FILE
- *	...                             (one line per KV pool, FILE in the
- *	                                 plan's directory, no '/')
+ * MOEFT_RESTORE naming the directory's plan file (plan.h).
  *
  * In CMD the preload matches each new device allocation to a pool of the
- * plan by identity, never by address: same call-site fingerprint, size and
- * ordinal among equal ones.  At the first decode step (the step clock's
+ * plan by identity (ident.h), never by address: same call-site
+ * fingerprint, size and ordinal among equal ones.  At the first decode step (the step clock's
  * first step, before its first launch, so after the application's own
  * initialisation of the pool, such as torch.zeros' fill kernel, and before
  * its first real use) the images are copied in, in stream order; every
@@ -27,33 +20,10 @@
 #ifndef MOEFT_RESTORE_H
 #define MOEFT_RESTORE_H
 
-#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvstore.h"
-
-#define RESTORE_PLAN_MAX (1u << 16)   /* bytes of a plan file */
-#define RESTORE_NAME_MAX 64u          /* bytes of an image's file name */
-
-struct restore_pool {
-	uint32_t no;                  /* the KV store's pool number */
-	uint32_t ordinal;
-	uint64_t fingerprint, size, chunk_bytes;
-	char file[RESTORE_NAME_MAX];
-	const void *image;            /* mapped by restore_plan_load */
-	uint64_t base;                /* the matching allocation; 0: none yet */
-};
-
-struct restore_plan {
-	uint64_t log_id;
-	uint64_t window, first_step, last_step;
-	unsigned npools;
-	struct restore_pool pools[KVS_MAX_POOLS];
-};
-
-/* Parse plan text: 0, or -1 with "LINE: what is wrong" in err. */
-int restore_plan_parse(const char *text, struct restore_plan *p, char *err, size_t errlen);
+#include "plan.h"
 
 /* Read and parse the plan at path, then map each pool's image (a regular
  * file of exactly the pool's size in the plan's directory): 0, or -1 with

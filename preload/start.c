@@ -83,7 +83,7 @@ static void open_kv_store(void)
 	struct wal_error err;
 
 	wal_stats(pl.wal, &st);
-	if (snprintf(path, sizeof path, "%s.kv", pl.cfg.wal_path) >= (int)sizeof path) {
+	if (kvs_path(pl.cfg.wal_path, path, sizeof path) < 0) {
 		msg_log(WAL_LOG_WARN, "KV store: the path %s.kv is too long; KV is not captured",
 			pl.cfg.wal_path);
 		return;

@@ -29,7 +29,7 @@ int forge_open(struct forge *f)
 	struct wal_options opt;
 	struct wal_error err = { 0 };
 	struct wal_stats st;
-	char kp[sizeof f->path + 3];
+	char kp[sizeof f->path + 3];    /* always fits */
 	int ret;
 
 	f->status = 0;
@@ -42,7 +42,7 @@ int forge_open(struct forge *f)
 		return ret;
 	}
 	wal_stats(f->w, &st);
-	snprintf(kp, sizeof kp, "%s.kv", f->path);
+	kvs_path(f->path, kp, sizeof kp);
 	if ((ret = kvs_open(kp, st.log_id, -1, st.open_window, &f->kv, &err)) < 0) {
 		failed(f, ret, "kvs_open: %s", err.msg);
 		wal_close(f->w);

@@ -4,7 +4,7 @@
  * KV pool, the routing, and manifest.json saying what they are (README,
  * "Restore output").  With a command after "--", the restore is online:
  * the command then starts under the preload in restore mode (launch.h),
- * following the plan file written beside the images (preload/restore.h).
+ * following the plan file written beside the images (preload/plan.h).
  *
  * Every file is written under a temporary name, made durable and renamed,
  * manifest.json last, so a restore killed at any point leaves whole files
@@ -24,11 +24,12 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "blank.h"
 #include "cli.h"
 #include "crc32c.h"
 #include "json.h"
-#include "format.h"
 #include "launch.h"
+#include "plan.h"
 #include "record.h"
 #include "restore.h"
 #include "state.h"
@@ -518,26 +519,34 @@ static void manifest_json(struct json *j, const struct restore *rs)
 	json_obj_end(j);
 }
 
-/* The plan of restore mode (preload/restore.h): what the preload of the
+/* The plan of restore mode (preload/plan.h): what the preload of the
  * command must copy in, and where from. */
 static int write_plan(struct restore *rs)
 {
+	static struct restore_plan p;
+	static char text[RESTORE_PLAN_MAX + 1];
 	const struct state *s = &rs->s;
-	char tmp[32];
+	char tmp[32], why[200];
 	FILE *f;
+	int n;
 
-	if (!(f = tmp_open(rs, PLAN, tmp, sizeof tmp)))
-		return io_fail(rs, tmp, errno);
-	fprintf(f, "moeft-restore-plan 1\nlog %016" PRIx64 "\nwindow %" PRIu64 " %" PRIu64 " %"
-		PRIu64 "\n", s->rec->log_id, s->c->id, s->cs.first_step,
-		s->cs.first_step + s->cs.steps - 1);
-	for (unsigned i = 0; i < s->npools; i++) {
+	p = (struct restore_plan){ .log_id = s->rec->log_id, .window = s->c->id,
+				   .first_step = s->cs.first_step,
+				   .last_step = s->cs.first_step + s->cs.steps - 1,
+				   .npools = s->npools };
+	for (unsigned i = 0; i < s->npools && i < KVS_MAX_POOLS; i++) {
 		const struct kvs_pool_desc *d = &s->pool[i].info.d;
 
-		fprintf(f, "pool %" PRIu32 " %016" PRIx64 " %" PRIu64 " %" PRIu32 " %" PRIu64 " %s\n",
-			s->pool[i].no, d->fingerprint, d->size, d->ordinal, d->chunk_bytes,
-			rs->img[i].file);
+		p.pools[i] = (struct restore_pool){ .no = s->pool[i].no, .ordinal = d->ordinal,
+						    .fingerprint = d->fingerprint, .size = d->size,
+						    .chunk_bytes = d->chunk_bytes };
+		snprintf(p.pools[i].file, sizeof p.pools[i].file, "%s", rs->img[i].file);
 	}
+	if ((n = restore_plan_format(&p, text, sizeof text, why, sizeof why)) < 0)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s/%s: %s", rs->out, PLAN, why);
+	if (!(f = tmp_open(rs, PLAN, tmp, sizeof tmp)))
+		return io_fail(rs, tmp, errno);
+	fwrite(text, 1, (size_t)n, f);
 	return tmp_commit(rs, f, tmp, PLAN, 0);
 }
 
@@ -653,28 +662,13 @@ static void summary(const struct restore *rs, double seconds)
 		mbs, rs->out);
 }
 
-/* A log file whose data area holds zeros only: its process died before it
- * finished formatting it, and the preload takes such a file over (the
- * metadata below the data area may be half written).  Holes are found
- * without reading them. */
+/* A log the preload will take over as blank (its process died before it
+ * finished formatting it): nothing to restore. */
 static int blank(const char *path)
 {
-	static uint8_t buf[1 << 16];
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	off_t at;
-	ssize_t n;
-	int zeros = 1;
+	struct wal_error err;
 
-	if (fd < 0)
-		return 0;
-	at = lseek(fd, WAL_DATA_OFF, SEEK_DATA);
-	if (at >= 0 && lseek(fd, at, SEEK_SET) == at)
-		while (zeros && (n = read(fd, buf, sizeof buf)) > 0)
-			zeros = buf[0] == 0 && !memcmp(buf, buf + 1, (size_t)n - 1);
-	else if (errno != ENXIO)
-		zeros = 0;
-	close(fd);
-	return zeros;
+	return wal_medium_state_path(path, &err) == WAL_MEDIUM_BLANK;
 }
 
 static int run(struct restore *rs)

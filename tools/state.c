@@ -8,6 +8,7 @@
  * bounded by what the log holds, never by a count the store claims.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -254,8 +255,8 @@ static const struct state_alloc *live_pool(const struct state *s, const struct k
 	for (size_t i = 0; i < s->nalloc; i++) {
 		const struct rec_alloc *a = &s->alloc[i].a;
 
-		if (a->role == ALLOC_ROLE_KV_POOL && a->fingerprint == d->fingerprint &&
-		    a->size == d->size && a->ordinal == d->ordinal)
+		if (a->role == ALLOC_ROLE_KV_POOL &&
+		    alloc_ident_eq(rec_alloc_ident(a), kvs_pool_ident(d)))
 			return &s->alloc[i];
 	}
 	return NULL;
@@ -316,20 +317,15 @@ static int open_store(struct state *s, const char *wal_path, char *msg, size_t l
 {
 	struct wal_error err = { 0 };
 	struct stat st;
-	size_t n = strlen(wal_path);
-	char *path = malloc(n + 4);
-	int ret = 0;
+	char path[PATH_MAX];
 
-	if (!path)
-		return fail(msg, len, "out of memory");
-	memcpy(path, wal_path, n);
-	memcpy(path + n, ".kv", 4);
+	if (kvs_path(wal_path, path, sizeof path) < 0)
+		return fail(msg, len, "%s: the path of its KV store is too long", wal_path);
 	if (stat(path, &st) < 0 && errno == ENOENT)
 		s->kv = NULL;
 	else if (kvs_reader_open(path, s->rec->log_id, &s->kv, &err) < 0)
-		ret = fail(msg, len, "%s", err.msg);
-	free(path);
-	return ret;
+		return fail(msg, len, "%s", err.msg);
+	return 0;
 }
 
 int state_load(struct state *s, const char *wal_path, char *msg, size_t msglen)

@@ -360,6 +360,17 @@ static void erase_uncommitted(struct kvs *s, const char *path, uint64_t first)
 			 path, (unsigned long long)erased, (unsigned long long)first);
 }
 
+int kvs_path(const char *wal_path, char *out, size_t len)
+{
+	int n = snprintf(out, len, "%s.kv", wal_path);
+
+	if (n >= 0 && (size_t)n < len)
+		return 0;
+	if (len)
+		out[0] = '\0';
+	return -1;
+}
+
 int kvs_open(const char *path, uint64_t log_id, int numa_node, uint64_t first_uncommitted,
 	     struct kvs **out, struct wal_error *err)
 {
@@ -405,8 +416,8 @@ void kvs_close(struct kvs *s)
 
 static int same_pool(const struct kvs_pool_desc *a, const struct kvs_pool_desc *b)
 {
-	return a->fingerprint == b->fingerprint && a->size == b->size &&
-	       a->chunk_bytes == b->chunk_bytes && a->ordinal == b->ordinal;
+	return alloc_ident_eq(kvs_pool_ident(a), kvs_pool_ident(b)) &&
+	       a->chunk_bytes == b->chunk_bytes;
 }
 
 /*

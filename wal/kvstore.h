@@ -3,8 +3,8 @@
  *
  * The log (wal.h) holds routing and small records; KV data is too large to
  * pass through its ring, so it lives in a second file next to it (the
- * log's path + ".kv", on the same medium and NUMA node), written by the
- * same process.  Each KV pool the preload tracks has a region of chunks,
+ * log's path + ".kv", kvs_path; on the same medium and NUMA node), written
+ * by the same process.  Each KV pool the preload tracks has a region of chunks,
  * and each chunk two slots, so that writing a chunk for the open window
  * never overwrites the copy the last committed window refers to (the
  * commit protocol of shared/DESIGN.md: data, persist, WINDOW record,
@@ -31,11 +31,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ident.h"
 #include "wal.h"
 
 #define KVS_MAX_POOLS 64u
 
-/* A KV pool, as the preload identifies it across processes. */
+/* A KV pool: the allocation that holds it (ident.h), and its chunk size. */
 struct kvs_pool_desc {
 	uint64_t fingerprint;   /* allocation call site (rec_alloc.fingerprint) */
 	uint64_t size;          /* allocation bytes */
@@ -44,7 +45,16 @@ struct kvs_pool_desc {
 	uint32_t pad;           /* ignored */
 };
 
+static inline struct alloc_ident kvs_pool_ident(const struct kvs_pool_desc *d)
+{
+	return (struct alloc_ident){ d->fingerprint, d->size, d->ordinal };
+}
+
 struct kvs;
+
+/* The path of the store beside the log at wal_path: wal_path + ".kv", into
+ * out.  0, or -1 (out emptied) when it does not fit in len bytes. */
+int kvs_path(const char *wal_path, char *out, size_t len);
 
 /*
  * Open (creating it when missing) the store at path for writing, bound to

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ident.h"
+
 #define EPOCH_PAYLOAD_SIZE 24u
 struct rec_epoch {
 	uint32_t prev_epoch;
@@ -83,6 +85,11 @@ struct rec_alloc {
 	uint16_t api;           /* enum alloc_api */
 	uint16_t role;          /* enum alloc_role */
 };
+
+static inline struct alloc_ident rec_alloc_ident(const struct rec_alloc *a)
+{
+	return (struct alloc_ident){ a->fingerprint, a->size, a->ordinal };
+}
 
 #define FREE_PAYLOAD_SIZE 16u
 struct rec_free {

@@ -92,8 +92,9 @@ struct wal;
 /*
  * Open a log for writing.  An existing log is recovered first; writing then
  * continues after its last committed window in a new epoch, so the committed
- * history survives.  Only one writer may hold a log (flock); a second one
- * gets WAL_EBUSY.
+ * history survives.  A medium that holds no log is formatted when it is
+ * blank, refused (WAL_ENOTLOG) when it holds anything else (blank.h).
+ * Only one writer may hold a log (flock); a second one gets WAL_EBUSY.
  */
 int wal_open(const char *path, const struct wal_options *opt, struct wal **out,
 	     struct wal_error *err);

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "blank.h"
 #include "crc32c.h"
 #include "diag.h"
 #include "format.h"
@@ -467,23 +468,14 @@ int wal_open(const char *path, const struct wal_options *opt, struct wal **out,
 	ret = media_open(&w->m, path, MEDIA_WRITE, opt->size ? opt->size : WAL_DEFAULT_SIZE,
 			 opt->numa_node, opt->flags, err);
 	if (ret == 0) {
-		int blank = w->m.created || (opt->flags & WAL_OPEN_FORMAT);
-		if (!blank && memcmp(w->m.base, SB_MAGIC, sizeof SB_MAGIC) != 0 &&
-		    memcmp(w->m.base + SB_COPY1_OFF, SB_MAGIC, sizeof SB_MAGIC) != 0) {
-			/* Only a medium whose data area is all zeros may be taken
-			 * over: a blank one, or one whose format was interrupted
-			 * (format writes the metadata below the data area, the
-			 * superblock magic last). */
-			const uint8_t *d = w->m.base + WAL_DATA_OFF;
+		int state = w->m.created || (opt->flags & WAL_OPEN_FORMAT) ? WAL_MEDIUM_BLANK :
+			    wal_medium_state(&w->m);
 
-			blank = w->m.size > WAL_DATA_OFF && d[0] == 0 &&
-				memcmp(d, d + 1, w->m.size - WAL_DATA_OFF - 1) == 0;
-			if (!blank)
-				ret = wal_fail(err, WAL_ENOTLOG, "%s holds data that is not a moeft log; "
-					       "refusing to overwrite it", path);
-		}
-		if (blank)
+		if (state == WAL_MEDIUM_BLANK)
 			ret = format(w, err);
+		else if (state == WAL_MEDIUM_FOREIGN)
+			ret = wal_fail(err, WAL_ENOTLOG, "%s holds data that is not a moeft log; "
+				       "refusing to overwrite it", path);
 	}
 	if (ret == 0)
 		ret = resume(w, path, 1, err);

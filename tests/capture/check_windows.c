@@ -36,6 +36,7 @@
  * Exit status 0 when everything matches, 1 on the first mismatch, 2 on bad
  * usage or unreadable input.
  */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -421,7 +422,7 @@ int main(int argc, char **argv)
 	size_t nwin, ndecode = 0, i, wi;
 	uint8_t *taken;
 	uint32_t crc;
-	char *end, *kvpath;
+	char *end, kvpath[PATH_MAX];
 	int graph, skips;
 
 	if (argc < 5 || argc > 6 || (strcmp(argv[3], "eager") && strcmp(argv[3], "graph")) ||
@@ -469,9 +470,8 @@ int main(int argc, char **argv)
 		die(1, "%zu decode windows, want %lu (%u steps, %lu a window)", ndecode,
 		    (t.steps - 1) / window, t.steps, window);
 
-	if (!(kvpath = malloc(strlen(argv[2]) + 4)))
-		die(2, "out of memory");
-	strcat(strcpy(kvpath, argv[2]), ".kv");
+	if (kvs_path(argv[2], kvpath, sizeof kvpath) < 0)
+		die(2, "%s: path too long", argv[2]);
 	if (kvs_reader_open(kvpath, wal_reader_recovery(rd)->log_id, &kr, &err) < 0)
 		die(2, "%s: %s", kvpath, err.msg);
 	pools = read_pools(kr, t.layers, &npools);
@@ -537,7 +537,6 @@ int main(int argc, char **argv)
 		free(pools[i].len);
 	}
 	free(pools);
-	free(kvpath);
 	free(ws);
 	free(t.row0);
 	free(t.seq);

@@ -52,7 +52,7 @@ static void fx_open(struct fx *f, uint64_t size, int with_kv)
 
 	memset(f, 0, sizeof *f);
 	test_path(f->path, sizeof f->path, "window");
-	snprintf(f->kvpath, sizeof f->kvpath, "%s.kv", f->path);
+	kvs_path(f->path, f->kvpath, sizeof f->kvpath);
 	pthread_mutex_init(&f->lock, NULL);
 	wal_options_init(&opt);
 	opt.size = size;

@@ -14,6 +14,7 @@
  * errors.
  */
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,13 +140,12 @@ static int flip(const char *path, const char *what)
 {
 	struct rec_kvref k;
 	uint64_t log_id, off;
-	char *kvpath = malloc(strlen(path) + 4);
+	char kvpath[PATH_MAX];
 	uint8_t b;
 	int fd;
 
-	if (!kvpath)
-		die(2, "out of memory");
-	strcat(strcpy(kvpath, path), ".kv");
+	if (kvs_path(path, kvpath, sizeof kvpath) < 0)
+		die(2, "%s: path too long", path);
 	if (!last_kvref(path, &k, &log_id))
 		die(1, "%s: the last decode window has no KVREF", path);
 	if (!strcmp(what, "data"))
@@ -158,7 +158,6 @@ static int flip(const char *path, const char *what)
 	if (pwrite(fd, &b, 1, (off_t)off) != 1)
 		die(2, "%s: cannot write offset %llu", kvpath, (unsigned long long)off);
 	close(fd);
-	free(kvpath);
 	printf("%u %llu\n", (unsigned)k.pool, (unsigned long long)k.block);
 	return 0;
 }

@@ -4,7 +4,9 @@
 # status 3 and a message naming what does not match, and --force-fresh runs
 # it from scratch; a damaged KV chunk in the last window keeps the command
 # from starting (status 1, the chunk named); a log with nothing committed
-# starts it fresh.  And when the restored bytes land (MOEFT_RESTORE_AT).
+# starts it fresh, and so does one whose format was interrupted, while one
+# with data that is no log is refused.  And when the restored bytes land
+# (MOEFT_RESTORE_AT).
 #
 # Usage: online.sh MOEFT LIBMOEFT SERVE KVTOOL
 set -u
@@ -88,12 +90,38 @@ grep -q "pool $1 chunk $2" "$dir/bad.err" ||
 grep -q "not starting" "$dir/bad.err" || fail "damaged chunk: $(cat "$dir/bad.err")"
 [ -s "$dir/bad.out" ] && fail "damaged chunk: the command ran"
 
+# starts_fresh NAME WHAT: the log NAME.wal has nothing to restore, so the
+# command starts fresh (and ends as a run without moeft does).
+starts_fresh() {
+	"$moeft" restore --wal "$dir/$1.wal" --preload "$lib" -- "$serve" --steps=40 \
+		--journal="$dir/j$1" >"$dir/$1.out" 2>"$dir/$1.err" ||
+		fail "$2: $(cat "$dir/$1.err")"
+	cmp -s "$dir/$1.out" "$dir/n.want" || fail "$2: output differs"
+	grep -q "nothing to restore, starting" "$dir/$1.err" || fail "$2: $(cat "$dir/$1.err")"
+}
+
 # Nothing committed yet: the command starts fresh.
 "$kvtool" fresh "$dir/n.wal" || fail "kvtool fresh failed"
 "$serve" --steps=40 >"$dir/n.want"
-"$moeft" restore --wal "$dir/n.wal" --preload "$lib" -- "$serve" --steps=40 \
-	--journal="$dir/jn" >"$dir/n.out" 2>"$dir/n.err" || fail "fresh log: $(cat "$dir/n.err")"
-cmp -s "$dir/n.out" "$dir/n.want" || fail "fresh log: output differs"
-grep -q "nothing to restore, starting" "$dir/n.err" || fail "fresh log: $(cat "$dir/n.err")"
+starts_fresh n "fresh log"
+
+# A format killed before its superblock magic (metadata written, the data
+# area zeros, here a hole) is blank, as to the preload, which takes it
+# over: the command starts fresh.  One nonzero byte in the data area makes
+# it no log: refused (status 2), the command not started, the file as it was.
+printf 'half-written metadata' >"$dir/h.wal"
+truncate -s 1M "$dir/h.wal"
+cp "$dir/h.wal" "$dir/x.wal"
+printf x | dd of="$dir/x.wal" bs=1 seek=8192 conv=notrunc 2>/dev/null
+cp "$dir/x.wal" "$dir/x.wal.orig"
+starts_fresh h "half format"
+"$moeft" restore --wal "$dir/x.wal" --preload "$lib" -- "$serve" --steps=40 \
+	--journal="$dir/jx" >"$dir/x.out" 2>"$dir/x.err"
+ret=$?
+[ $ret = 2 ] || fail "data in the data area: status $ret, want 2: $(cat "$dir/x.err")"
+[ "$(cat "$dir/x.err")" = "moeft restore: $dir/x.wal: not a moeft log (no superblock magic)" ] ||
+	fail "data in the data area: $(cat "$dir/x.err")"
+[ -s "$dir/x.out" ] && fail "data in the data area: the command ran"
+cmp -s "$dir/x.wal" "$dir/x.wal.orig" || fail "data in the data area: the file was changed"
 echo "restore online.sh: restore at init and step, other models stopped, --force-fresh," \
-	"damage, fresh log: ok"
+	"damage, fresh log, half format, foreign data: ok"

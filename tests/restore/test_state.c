@@ -23,11 +23,6 @@
 
 /* ---- forging (tools/forge.h) --------------------------------------------- */
 
-static void kv_path(char *buf, size_t len, const char *path)
-{
-	snprintf(buf, len, "%s.kv", path);
-}
-
 /* A new log of 1 MiB and its store, pools of CHUNK-byte chunks. */
 static void forge_new(struct forge *f, const char *tag)
 {
@@ -328,7 +323,7 @@ static void test_reclaimed_start(void)
 	CU_ASSERT_EQUAL(byte, 0x41);
 	state_free(&s);
 
-	kv_path(kp, sizeof kp, f.path);
+	kvs_path(f.path, kp, sizeof kp);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(kf = fopen(kp, "r+b"));
 	CU_ASSERT_EQUAL(fseek(kf, (long)off + 100, SEEK_SET), 0);
 	b = 0x41 ^ 0xff;
@@ -391,8 +386,8 @@ static void test_store_presence(void)
 	forge_new(&g, "otherstore");
 	forge_done(&g);
 
-	kv_path(kp, sizeof kp, f.path);
-	kv_path(kq, sizeof kq, g.path);
+	kvs_path(f.path, kp, sizeof kp);
+	kvs_path(g.path, kq, sizeof kq);
 	CU_ASSERT_EQUAL(rename(kq, kp), 0);
 	CU_ASSERT_EQUAL(state_load(&s, f.path, msg, sizeof msg), -1);
 	CU_ASSERT(strstr(msg, "KV store of log") != NULL);

@@ -1145,7 +1145,24 @@ static void test_mutated_images(void)
 	free(img);
 }
 
+/* The store's path: the log's and ".kv", or nothing when it does not fit. */
+static void test_path_beside_log(void)
+{
+	char buf[16];
+
+	CU_ASSERT_EQUAL(kvs_path("/x/a.wal", buf, sizeof buf), 0);
+	CU_ASSERT_STRING_EQUAL(buf, "/x/a.wal.kv");
+	CU_ASSERT_EQUAL(kvs_path("/x/abcdefgh", buf, sizeof buf), 0);
+	CU_ASSERT_STRING_EQUAL(buf, "/x/abcdefgh.kv");
+	CU_ASSERT_EQUAL(kvs_path("/x/abcdefghi", buf, sizeof buf), 0);
+	CU_ASSERT_STRING_EQUAL(buf, "/x/abcdefghi.kv");
+	CU_ASSERT_EQUAL(kvs_path("/x/abcdefghij", buf, sizeof buf), -1);
+	CU_ASSERT_STRING_EQUAL(buf, "");
+	CU_ASSERT_EQUAL(kvs_path("a", buf, 0), -1);
+}
+
 static CU_TestInfo kvstore_tests[] = {
+	{ "path beside the log", test_path_beside_log },
 	{ "create and reopen", test_create_reopen },
 	{ "one writer", test_busy },
 	{ "not a regular file, bad arguments", test_not_regular },

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "format.h"
+#include "kvstore.h"
 #include "record.h"
 #include "testutil.h"
 
@@ -287,6 +288,35 @@ static void test_alloc(void)
 	CU_ASSERT_EQUAL(accepted_lengths(dec_alloc, buf, ALLOC_PAYLOAD_SIZE, &out), 1);
 }
 
+/* An allocation's identity: fingerprint, size and ordinal, each of them;
+ * its address, id, api and role are no part of it, nor a pool's chunk size. */
+static void test_alloc_ident(void)
+{
+	struct rec_alloc a = { .alloc_id = 1, .base = 0x1000, .size = 8192, .fingerprint = 0xf00d,
+			       .ordinal = 2, .api = 1, .role = 1 };
+	struct rec_alloc b = { .alloc_id = 9, .base = 0x9000, .size = 8192, .fingerprint = 0xf00d,
+			       .ordinal = 2, .api = 6, .role = 0 };
+	struct kvs_pool_desc d = { .fingerprint = 0xf00d, .size = 8192, .chunk_bytes = 4096,
+				   .ordinal = 2 };
+	struct alloc_ident i = rec_alloc_ident(&a);
+
+	CU_ASSERT_EQUAL(i.fingerprint, 0xf00d);
+	CU_ASSERT_EQUAL(i.size, 8192);
+	CU_ASSERT_EQUAL(i.ordinal, 2);
+	CU_ASSERT(alloc_ident_eq(i, rec_alloc_ident(&b)));
+	CU_ASSERT(alloc_ident_eq(i, kvs_pool_ident(&d)));
+	d.chunk_bytes = 1u << 20;
+	CU_ASSERT(alloc_ident_eq(i, kvs_pool_ident(&d)));
+	b.fingerprint++;
+	CU_ASSERT(!alloc_ident_eq(i, rec_alloc_ident(&b)));
+	b = a;
+	b.size++;
+	CU_ASSERT(!alloc_ident_eq(i, rec_alloc_ident(&b)));
+	b = a;
+	b.ordinal = 3;
+	CU_ASSERT(!alloc_ident_eq(i, rec_alloc_ident(&b)));
+}
+
 static void test_free(void)
 {
 	static const struct rec_free in = { .alloc_id = UINT64_C(0xa1a2a3a4a5a6a7a8),
@@ -444,6 +474,7 @@ static CU_TestInfo fixed_tests[] = {
 	{ "EPOCH", test_epoch },
 	{ "KVREF", test_kvref },
 	{ "ALLOC", test_alloc },
+	{ "allocation identity", test_alloc_ident },
 	{ "FREE", test_free },
 	{ "WINDOW steps", test_window_steps },
 	CU_TEST_INFO_NULL

@@ -1,0 +1,195 @@
+/*
+ * plan.c - the restore plan (plan.h): its parser and its writer.
+ *
+ * The plan is written by moeft restore, but to the preload it is still an
+ * input from outside the process: every line is checked, and a bad one is
+ * named.  The writer checks what it wrote with the same parser, so the
+ * rules of the format are written down once.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "decimal.h"
+#include "plan.h"
+
+struct cursor {
+	const char *p;
+	unsigned line;
+	char *err;
+	size_t errlen;
+};
+
+__attribute__((format(printf, 2, 3)))
+static int fail(struct cursor *c, const char *fmt, ...)
+{
+	va_list ap;
+	int n = snprintf(c->err, c->errlen, "line %u: ", c->line);
+
+	va_start(ap, fmt);
+	if (n >= 0 && (size_t)n < c->errlen)
+		vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* The word `w` and one space. */
+static int word(struct cursor *c, const char *w)
+{
+	size_t n = strlen(w);
+
+	if (strncmp(c->p, w, n) != 0 || c->p[n] != ' ')
+		return fail(c, "expected '%s '", w);
+	c->p += n + 1;
+	return 0;
+}
+
+/* After a field: a space (more follows) or the end of the line. */
+static int field_end(struct cursor *c, int last)
+{
+	if (*c->p != (last ? '\n' : ' '))
+		return fail(c, last ? "expected the end of the line" : "expected a space");
+	c->p++;
+	return 0;
+}
+
+/* A decimal, then the field's end. */
+static int number(struct cursor *c, uint64_t max, uint64_t *v, int last)
+{
+	if (parse_decimal(&c->p, max, v) < 0)
+		return fail(c, "expected a number up to %llu", (unsigned long long)max);
+	return field_end(c, last);
+}
+
+/* Exactly 16 lowercase hex digits, then the field's end. */
+static int hex64(struct cursor *c, uint64_t *v, int last)
+{
+	unsigned i;
+
+	*v = 0;
+	for (i = 0; i < 16; i++) {
+		char ch = c->p[i];
+
+		if (ch >= '0' && ch <= '9')
+			*v = *v << 4 | (uint64_t)(ch - '0');
+		else if (ch >= 'a' && ch <= 'f')
+			*v = *v << 4 | (uint64_t)(ch - 'a' + 10);
+		else
+			return fail(c, "expected 16 hex digits");
+	}
+	c->p += 16;
+	return field_end(c, last);
+}
+
+/* A file name of [A-Za-z0-9._-], not "." or "..", to the end of the line. */
+static int name(struct cursor *c, char *out)
+{
+	size_t n = strcspn(c->p, "\n");
+	size_t i;
+
+	if (n == 0 || n >= RESTORE_NAME_MAX || c->p[n] != '\n' ||
+	    !strncmp(c->p, ".", n) || !strncmp(c->p, "..", n))
+		return fail(c, "expected a file name of 1 to %u bytes", RESTORE_NAME_MAX - 1);
+	for (i = 0; i < n; i++)
+		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-",
+			    c->p[i]))
+			return fail(c, "the file name may hold letters, digits, '.', '_', '-'");
+	memcpy(out, c->p, n);
+	out[n] = '\0';
+	c->p += n + 1;
+	return 0;
+}
+
+static int pool_line(struct cursor *c, struct restore_plan *p)
+{
+	struct restore_pool *q = &p->pools[p->npools];
+	uint64_t no, ordinal;
+	unsigned i;
+
+	if (p->npools == KVS_MAX_POOLS)
+		return fail(c, "more than %u pools", KVS_MAX_POOLS);
+	memset(q, 0, sizeof *q);
+	if (word(c, "pool") || number(c, KVS_MAX_POOLS - 1, &no, 0) ||
+	    hex64(c, &q->fingerprint, 0) || number(c, UINT64_MAX, &q->size, 0) ||
+	    number(c, UINT32_MAX, &ordinal, 0) || number(c, UINT64_MAX, &q->chunk_bytes, 0) ||
+	    name(c, q->file))
+		return -1;
+	if (q->size == 0 || q->chunk_bytes == 0)
+		return fail(c, "a pool has a size and a chunk size");
+	for (i = 0; i < p->npools; i++)
+		if (p->pools[i].no == no || !strcmp(p->pools[i].file, q->file))
+			return fail(c, "pool %llu or file %s given twice", (unsigned long long)no,
+				    q->file);
+	q->no = (uint32_t)no;
+	q->ordinal = (uint32_t)ordinal;
+	p->npools++;
+	return 0;
+}
+
+int restore_plan_parse(const char *text, struct restore_plan *p, char *err, size_t errlen)
+{
+	struct cursor c = { text, 1, err, errlen };
+
+	memset(p, 0, sizeof *p);
+	if (strncmp(c.p, "moeft-restore-plan 1\n", 21) != 0)
+		return fail(&c, "not a moeft restore plan of version 1");
+	c.p += 21;
+	c.line++;
+	if (word(&c, "log") || hex64(&c, &p->log_id, 1))
+		return -1;
+	c.line++;
+	if (word(&c, "window") || number(&c, UINT64_MAX, &p->window, 0) ||
+	    number(&c, UINT64_MAX, &p->first_step, 0) || number(&c, UINT64_MAX, &p->last_step, 1))
+		return -1;
+	if (p->last_step < p->first_step)
+		return fail(&c, "the window ends before it begins");
+	for (c.line++; *c.p; c.line++)
+		if (pool_line(&c, p) < 0)
+			return -1;
+	return 0;
+}
+
+/* Print at buf + n (nothing once full): the length the text would have. */
+__attribute__((format(printf, 4, 5)))
+static size_t put(char *buf, size_t len, size_t n, const char *fmt, ...)
+{
+	va_list ap;
+	int k;
+
+	va_start(ap, fmt);
+	k = vsnprintf(n < len ? buf + n : NULL, n < len ? len - n : 0, fmt, ap);
+	va_end(ap);
+	return k < 0 ? len : n + (size_t)k;
+}
+
+int restore_plan_format(const struct restore_plan *p, char *buf, size_t len, char *err,
+			size_t errlen)
+{
+	struct restore_plan back;
+	size_t n;
+	unsigned i;
+
+	if (p->npools > KVS_MAX_POOLS) {
+		snprintf(err, errlen, "%u pools, more than %u", p->npools, KVS_MAX_POOLS);
+		return -1;
+	}
+	n = put(buf, len, 0, "moeft-restore-plan 1\nlog %016" PRIx64 "\nwindow %" PRIu64 " %"
+		PRIu64 " %" PRIu64 "\n", p->log_id, p->window, p->first_step, p->last_step);
+	for (i = 0; i < p->npools; i++) {
+		const struct restore_pool *q = &p->pools[i];
+
+		/* A name without its NUL is printed whole, and refused below. */
+		n = put(buf, len, n, "pool %" PRIu32 " %016" PRIx64 " %" PRIu64 " %" PRIu32 " %"
+			PRIu64 " %.*s\n", q->no, q->fingerprint, q->size, q->ordinal,
+			q->chunk_bytes, (int)sizeof q->file, q->file);
+	}
+	if (n >= len) {
+		snprintf(err, errlen, "the plan takes %zu bytes and a NUL; the buffer holds %zu",
+			 n, len);
+		return -1;
+	}
+	if (restore_plan_parse(buf, &back, err, errlen) < 0)
+		return -1;
+	return (int)n;
+}

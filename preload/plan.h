@@ -1,0 +1,69 @@
+/*
+ * plan.h - the restore plan: the file `moeft restore --wal W -- CMD` writes
+ * beside the images it materialised, and restore mode (restore.h) reads in
+ * CMD.  Writer and parser live here together, so the two cannot drift;
+ * no CUDA, so tools link it.
+ *
+ * A few lines of text, each ending in '\n', fields split by one space:
+ *
+ *	moeft-restore-plan 1
+ *	log LOG_ID
+ *	window ID FIRST_STEP LAST_STEP
+ *	pool NO FINGERPRINT SIZE ORDINAL CHUNK_BYTES FILE
+ *	...
+ *
+ * LOG_ID and FINGERPRINT: exactly 16 lowercase hex digits.  Every other
+ * number: decimal digits only (no sign, no space), at most 2^64 - 1,
+ * ORDINAL at most 2^32 - 1, NO at most KVS_MAX_POOLS - 1.  FIRST_STEP <=
+ * LAST_STEP.  One "pool" line per KV pool of the window (none is a plan
+ * too), at most KVS_MAX_POOLS: NO is its number in the KV store, then the
+ * identity of the allocation that holds it (ident.h), then its chunk
+ * size; SIZE and CHUNK_BYTES are not 0.  FILE: the pool's image in the
+ * plan's directory, 1 to RESTORE_NAME_MAX - 1 bytes of [A-Za-z0-9._-],
+ * not "." or ".." (so never a path).  No two pools share NO or FILE.
+ * Nothing else: no blank lines, no comments.  A whole plan is at most
+ * RESTORE_PLAN_MAX bytes.
+ */
+#ifndef MOEFT_PLAN_H
+#define MOEFT_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvstore.h"
+
+#define RESTORE_PLAN_MAX (1u << 16)   /* bytes of a plan file */
+#define RESTORE_NAME_MAX 64u          /* bytes of an image's file name */
+
+struct restore_pool {
+	uint32_t no;                  /* the KV store's pool number */
+	uint32_t ordinal;
+	uint64_t fingerprint, size, chunk_bytes;
+	char file[RESTORE_NAME_MAX];
+	/* Restore mode's, not the file's: */
+	const void *image;            /* mapped by restore_plan_load */
+	uint64_t base;                /* the matching allocation; 0: none yet */
+};
+
+struct restore_plan {
+	uint64_t log_id;
+	uint64_t window, first_step, last_step;
+	unsigned npools;
+	struct restore_pool pools[KVS_MAX_POOLS];
+};
+
+/* Parse plan text (NUL-terminated): 0, or -1 with "line N: what is wrong"
+ * in err. */
+int restore_plan_parse(const char *text, struct restore_plan *p, char *err, size_t errlen);
+
+/*
+ * The text of plan p into buf, NUL-terminated: its length, or -1 with err
+ * saying why: it does not fit in len bytes, or it is no plan (what
+ * restore_plan_parse would say of the text, naming the line).  So what is
+ * written always parses back to the same fields.  The pools' image and
+ * base are not part of it.
+ */
+int restore_plan_format(const struct restore_plan *p, char *buf, size_t len, char *err,
+			size_t errlen);
+
+#endif

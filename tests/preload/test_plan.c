@@ -1,0 +1,204 @@
+/*
+ * test_plan.c - the restore plan (plan.h): parsing (every error with its
+ * line), writing (the exact text, refusals), and the round trip.
+ */
+#include <CUnit/Basic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "plan.h"
+#include "testutil.h"
+
+static const char good[] =
+	"moeft-restore-plan 1\n"
+	"log 00112233445566ff\n"
+	"window 9 144 159\n"
+	"pool 0 a1a2a3a4a5a6a7a8 8192 0 4096 kv-pool-0.bin\n"
+	"pool 1 a1a2a3a4a5a6a7a8 8192 1 4096 kv-pool-1.bin\n"
+	"pool 5 0000000000000001 100 0 4096 kv-pool-5.bin\n";
+
+static void test_parse(void)
+{
+	static struct restore_plan p;
+	char err[200];
+
+	CU_ASSERT_EQUAL_FATAL(restore_plan_parse(good, &p, err, sizeof err), 0);
+	CU_ASSERT_EQUAL(p.log_id, UINT64_C(0x00112233445566ff));
+	CU_ASSERT_EQUAL(p.window, 9);
+	CU_ASSERT_EQUAL(p.first_step, 144);
+	CU_ASSERT_EQUAL(p.last_step, 159);
+	CU_ASSERT_EQUAL_FATAL(p.npools, 3);
+	CU_ASSERT_EQUAL(p.pools[1].no, 1);
+	CU_ASSERT_EQUAL(p.pools[1].fingerprint, UINT64_C(0xa1a2a3a4a5a6a7a8));
+	CU_ASSERT_EQUAL(p.pools[1].size, 8192);
+	CU_ASSERT_EQUAL(p.pools[1].ordinal, 1);
+	CU_ASSERT_EQUAL(p.pools[1].chunk_bytes, 4096);
+	CU_ASSERT_STRING_EQUAL(p.pools[1].file, "kv-pool-1.bin");
+	CU_ASSERT_EQUAL(p.pools[2].no, 5);
+	CU_ASSERT_EQUAL(p.pools[2].size, 100);
+	/* A plan without pools is a plan. */
+	CU_ASSERT_EQUAL(restore_plan_parse("moeft-restore-plan 1\nlog 0000000000000001\n"
+					   "window 0 0 15\n", &p, err, sizeof err), 0);
+	CU_ASSERT_EQUAL(p.npools, 0);
+}
+
+/* Each bad plan, and the line its message must name. */
+static void test_errors(void)
+{
+	static const struct {
+		const char *text, *want;
+	} cases[] = {
+		{ "moeft-restore-plan 2\n", "line 1: not a moeft restore plan" },
+		{ "moeft-restore-plan 1\nlog 0011\n", "line 2: expected 16 hex digits" },
+		{ "moeft-restore-plan 1\nlog 00112233445566FF\n", "line 2: expected 16 hex" },
+		{ "moeft-restore-plan 1\nlog 00112233445566ff \n", "line 2: expected the end" },
+		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 5 4\n", "line 3: the window ends" },
+		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 -5 4\n", "line 3: expected a number" },
+		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\n"
+		  "pool 0 a1a2a3a4a5a6a7a8 0 0 4096 f\n", "line 4: a pool has a size" },
+		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\n"
+		  "pool 64 a1a2a3a4a5a6a7a8 1 0 4096 f\n", "line 4: expected a number up to 63" },
+		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\n"
+		  "pool 0 a1a2a3a4a5a6a7a8 1 0 4096 ../etc/passwd\n", "line 4: the file name may" },
+		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\n"
+		  "pool 0 a1a2a3a4a5a6a7a8 1 0 4096 ..\n", "line 4: expected a file name" },
+		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\n"
+		  "pool 0 a1a2a3a4a5a6a7a8 1 0 4096 f\npool 0 a1a2a3a4a5a6a7a8 1 1 4096 g\n",
+		  "line 5: pool 0 or file g given twice" },
+		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\n"
+		  "pool 0 a1a2a3a4a5a6a7a8 1 0 4096 f", "line 4: expected a file name" },
+		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\nkv 0\n",
+		  "line 4: expected 'pool '" },
+	};
+	static struct restore_plan p;
+	char err[200];
+	size_t i;
+
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		err[0] = '\0';
+		CU_ASSERT_EQUAL(restore_plan_parse(cases[i].text, &p, err, sizeof err), -1);
+		if (strncmp(err, cases[i].want, strlen(cases[i].want)) != 0)
+			fprintf(stderr, "\ncase %zu: got '%s', want '%s...'\n", i, err, cases[i].want);
+		CU_ASSERT(strncmp(err, cases[i].want, strlen(cases[i].want)) == 0);
+	}
+}
+
+/* What the parser takes, the writer gives back byte for byte; and what it
+ * writes parses to the same fields. */
+static void test_round_trip(void)
+{
+	static struct restore_plan p, q;
+	char text[RESTORE_PLAN_MAX + 1], err[200];
+
+	CU_ASSERT_EQUAL_FATAL(restore_plan_parse(good, &p, err, sizeof err), 0);
+	p.pools[0].image = good;                /* restore mode's, never written */
+	p.pools[0].base = 0x1000;
+	CU_ASSERT_EQUAL(restore_plan_format(&p, text, sizeof text, err, sizeof err),
+			(int)strlen(good));
+	CU_ASSERT_STRING_EQUAL(text, good);
+	CU_ASSERT_EQUAL_FATAL(restore_plan_parse(text, &q, err, sizeof err), 0);
+	CU_ASSERT_PTR_NULL(q.pools[0].image);
+	CU_ASSERT_EQUAL(q.pools[0].base, 0);
+	p.pools[0].image = NULL;
+	p.pools[0].base = 0;
+	CU_ASSERT_EQUAL(memcmp(&p, &q, sizeof p), 0);
+}
+
+/* Every field at its widest: 2^64 - 1, 2^32 - 1, 63 pools, 63-byte names. */
+static void test_widest(void)
+{
+	static struct restore_plan p, q;
+	char text[RESTORE_PLAN_MAX + 1], err[200];
+	unsigned i;
+	int n;
+
+	memset(&p, 0, sizeof p);        /* padding too: compared with memcmp */
+	p.log_id = p.window = p.first_step = p.last_step = UINT64_MAX;
+	p.npools = KVS_MAX_POOLS;
+	for (i = 0; i < KVS_MAX_POOLS; i++) {
+		p.pools[i] = (struct restore_pool){ .no = i, .ordinal = UINT32_MAX,
+						    .fingerprint = UINT64_MAX, .size = UINT64_MAX,
+						    .chunk_bytes = UINT64_MAX };
+		memset(p.pools[i].file, 'a', RESTORE_NAME_MAX - 1);
+		p.pools[i].file[0] = (char)('A' + i % 26);
+		p.pools[i].file[1] = (char)('A' + i / 26);
+	}
+	n = restore_plan_format(&p, text, sizeof text, err, sizeof err);
+	/* The lines: the version, log, window, then the pools (pool 0 to 9 have
+	 * one digit, 10 to 63 two). */
+	CU_ASSERT_EQUAL_FATAL(n, 21 + 21 + 70 + 64 * 140 + 10 * 1 + 54 * 2);
+	CU_ASSERT_EQUAL((size_t)n, strlen(text));
+	CU_ASSERT(strstr(text, "window 18446744073709551615 18446744073709551615 "
+			 "18446744073709551615\npool 0 ffffffffffffffff 18446744073709551615 "
+			 "4294967295 18446744073709551615 AAaaa") != NULL);
+	CU_ASSERT_EQUAL_FATAL(restore_plan_parse(text, &q, err, sizeof err), 0);
+	CU_ASSERT_EQUAL(memcmp(&p, &q, sizeof p), 0);
+}
+
+/* The writer refuses p with exactly the message want. */
+static void refused(const struct restore_plan *p, const char *want)
+{
+	static char text[RESTORE_PLAN_MAX + 1];
+	char err[200] = "";
+
+	CU_ASSERT_EQUAL(restore_plan_format(p, text, sizeof text, err, sizeof err), -1);
+	CU_ASSERT_STRING_EQUAL(err, want);
+}
+
+/* The writer refuses what the parser would, naming the line; and a buffer
+ * too small, leaving a NUL-terminated prefix. */
+static void test_write_refused(void)
+{
+	static struct restore_plan p;
+	char text[RESTORE_PLAN_MAX + 1], err[200];
+	size_t need = strlen(good);
+
+	CU_ASSERT_EQUAL_FATAL(restore_plan_parse(good, &p, err, sizeof err), 0);
+	CU_ASSERT_EQUAL(restore_plan_format(&p, text, need, err, sizeof err), -1);
+	CU_ASSERT_STRING_EQUAL(err, "the plan takes 208 bytes and a NUL; the buffer holds 208");
+	CU_ASSERT_EQUAL(strlen(text), need - 1);
+	CU_ASSERT_EQUAL(restore_plan_format(&p, text, need + 1, err, sizeof err), (int)need);
+
+	strcpy(p.pools[2].file, "../kv-pool-5.bin");
+	refused(&p, "line 6: the file name may hold letters, digits, '.', '_', '-'");
+	strcpy(p.pools[2].file, "kv-pool-1.bin");
+	refused(&p, "line 6: pool 5 or file kv-pool-1.bin given twice");
+	strcpy(p.pools[2].file, "kv-pool-5.bin");
+	p.pools[1].chunk_bytes = 0;
+	refused(&p, "line 5: a pool has a size and a chunk size");
+	p.pools[1].chunk_bytes = 4096;
+	p.pools[1].no = KVS_MAX_POOLS;
+	refused(&p, "line 5: expected a number up to 63");
+	p.pools[1].no = 1;
+	memset(p.pools[1].file, 'a', sizeof p.pools[1].file);   /* no NUL */
+	refused(&p, "line 5: expected a file name of 1 to 63 bytes");
+	strcpy(p.pools[1].file, "");
+	refused(&p, "line 5: expected a file name of 1 to 63 bytes");
+	strcpy(p.pools[1].file, "kv-pool-1.bin");
+	p.last_step = p.first_step - 1;
+	refused(&p, "line 3: the window ends before it begins");
+	p.last_step = 159;
+	p.npools = KVS_MAX_POOLS + 1;
+	refused(&p, "65 pools, more than 64");
+	p.npools = 3;
+	CU_ASSERT_EQUAL(restore_plan_format(&p, text, sizeof text, err, sizeof err), (int)need);
+	CU_ASSERT_STRING_EQUAL(text, good);
+}
+
+int main(void)
+{
+	CU_TestInfo tests[] = {
+		{ "parse", test_parse },
+		{ "errors name their line", test_errors },
+		{ "round trip, exact text", test_round_trip },
+		{ "every field at its widest", test_widest },
+		{ "the writer refuses what the parser would", test_write_refused },
+		CU_TEST_INFO_NULL,
+	};
+	CU_SuiteInfo suites[] = {
+		{ "restore plan", NULL, NULL, NULL, NULL, tests },
+		CU_SUITE_INFO_NULL,
+	};
+
+	return cu_run(suites);
+}
