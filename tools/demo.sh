@@ -20,8 +20,8 @@ steps=600 mode=graph
 for f in "$moeft" "$lib" "$serve"; do
 	[ -e "$f" ] || { echo "demo: $f is missing: run tools/setup.sh first" >&2; exit 2; }
 done
-if [ -x "$build/tests/serve/serve_cuda" ] && nvidia-smi >/dev/null 2>&1; then
-	serve=$build/tests/serve/serve_cuda where="on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+if [ -x "$build/demo/moeft-serve" ] && nvidia-smi >/dev/null 2>&1; then
+	serve=$build/demo/moeft-serve where="on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 else
 	LD_LIBRARY_PATH=$build/tests/fixture${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 	export LD_LIBRARY_PATH
