@@ -104,8 +104,8 @@ int child_spawn(pid_t *pid, char *const argv[], char *const env[], int out_fd, i
 
 	if ((err = posix_spawn_file_actions_init(&fa)))
 		return err;
-	if (!(err = posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0)) &&
-	    out_fd >= 0)
+	err = posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+	if (!err && out_fd >= 0)
 		err = posix_spawn_file_actions_adddup2(&fa, out_fd, STDOUT_FILENO);
 	if (!err && err_fd >= 0)
 		err = posix_spawn_file_actions_adddup2(&fa, err_fd, STDERR_FILENO);

@@ -74,18 +74,6 @@ static double ms_now(void)
 
 /* ---- options ----------------------------------------------------------------- */
 
-/* a[0..na) then b[0..nb), NULL-terminated; NULL when out of memory. */
-static char **cat_argv(char *const a[], size_t na, char *const b[], size_t nb)
-{
-	char **v = calloc(na + nb + 1, sizeof *v);
-
-	if (v) {
-		memcpy(v, a, na * sizeof *v);
-		memcpy(v + na, b, nb * sizeof *v);
-	}
-	return v;
-}
-
 /* The default CMD, or why there is none (recorded as a usage error). */
 static void default_serve(struct cli_opts *o, struct demo *d)
 {
@@ -189,6 +177,18 @@ static int parse(struct demo *d, int argc, char **argv, int *code)
 }
 
 /* ---- the runs ---------------------------------------------------------------- */
+
+/* a[0..na) then b[0..nb), NULL-terminated; NULL when out of memory. */
+static char **cat_argv(char *const a[], size_t na, char *const b[], size_t nb)
+{
+	char **v = calloc(na + nb + 1, sizeof *v);
+
+	if (v) {
+		memcpy(v, a, na * sizeof *v);
+		memcpy(v + na, b, nb * sizeof *v);
+	}
+	return v;
+}
 
 /* The argument vectors and environments of the runs, CMD being cmd[0]
  * (d->serve: its path) and cmd[1..ncmd); 0, or -1 out of memory. */

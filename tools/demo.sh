@@ -9,7 +9,8 @@
 set -eu
 
 build=${1:-build}
-[ -x "$build/tools/moeft" ] || { echo "demo.sh: no $build/tools/moeft: run tools/setup.sh" >&2; exit 2; }
+[ -x "$build/tools/moeft" ] ||
+	{ echo "demo.sh: no $build/tools/moeft: run tools/setup.sh" >&2; exit 2; }
 if [ -x "$build/demo/moeft-serve" ] && nvidia-smi >/dev/null 2>&1; then
 	serve=$build/demo/moeft-serve
 	echo "demo.sh: on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"

@@ -83,8 +83,9 @@ static int pie(const char *path, const ElfW(Ehdr) *h)
 	ElfW(Dyn) dyn;
 
 	for (unsigned i = 0; fd >= 0 && i < h->e_phnum && !found; i++) {
-		if (pread(fd, &ph, sizeof ph, (off_t)(h->e_phoff + (ElfW(Off))i * h->e_phentsize)) !=
-		    sizeof ph || ph.p_type != PT_DYNAMIC)
+		off_t at = (off_t)(h->e_phoff + (ElfW(Off))i * h->e_phentsize);
+
+		if (pread(fd, &ph, sizeof ph, at) != sizeof ph || ph.p_type != PT_DYNAMIC)
 			continue;
 		for (ElfW(Off) o = 0; o + sizeof dyn <= ph.p_filesz; o += sizeof dyn) {
 			if (pread(fd, &dyn, sizeof dyn, (off_t)(ph.p_offset + o)) != sizeof dyn ||

@@ -9,7 +9,8 @@ set -eu
 
 build=build
 case ${1:-} in -*|'') ;; *) build=$1; shift ;; esac
-[ -x "$build/tools/moeft" ] || { echo "launch.sh: no $build/tools/moeft: run tools/setup.sh" >&2; exit 2; }
+[ -x "$build/tools/moeft" ] ||
+	{ echo "launch.sh: no $build/tools/moeft: run tools/setup.sh" >&2; exit 2; }
 exec "$build/tools/moeft" bench launch --preload "$build/shim/libmoeft.so" \
 	--fixture "$build/tests/fixture" --bench "$build/tests/bench/launch_bench" \
 	--serve "$build/tests/serve/serve" "$@"

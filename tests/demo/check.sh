@@ -32,6 +32,10 @@ expect() {
 
 steps=160
 model="--mode=graph --seqs=8 --layers=4"
+equal="RESULT: the restored run's output equals the uninterrupted run's (every token, KV CRC)"
+rto='^RTO: [0-9.]* s to read and verify the log and write the state, [0-9.]* s to copy the KV in;$'
+differ='^RESULT: the outputs DIFFER (kept in \(.*\): want, got, restore.err)$'
+
 case $check in
 run)
 	# shellcheck disable=SC2086 # $model is words
@@ -41,20 +45,18 @@ run)
 	cat "$dir/report"
 	sed -n 1p "$dir/report" | grep -qx "moeft demo: $serve $model, $steps decode steps" ||
 		fail "first line: $(sed -n 1p "$dir/report")"
-	grep -qx "RESULT: the restored run's output equals the uninterrupted run's (every token, KV CRC)" \
-		"$dir/report" || fail "no RESULT equal line"
+	grep -qx "$equal" "$dir/report" || fail "no RESULT equal line"
 	rpo=$(sed -n 's/^RPO: \([0-9]*\) steps lost of [0-9]* decoded (window: 16 steps)$/\1/p' \
 		"$dir/report")
 	[ -n "$rpo" ] && [ "$rpo" -le 16 ] || fail "RPO '$rpo', want 0 to 16"
-	grep -q '^RTO: [0-9.]* s to read and verify the log and write the state, [0-9.]* s to copy the KV in;$' \
-		"$dir/report" || fail "no RTO line with both figures"
+	grep -q "$rto" "$dir/report" || fail "no RTO line with both figures"
 	grep -q '^  moeft restore: window [0-9]* (steps [0-9]*-[0-9]*), resume at step ' \
 		"$dir/report" || fail "no restore line"
 
 	# shellcheck disable=SC2086
 	"$moeft" demo --preload "$lib" --steps $steps --json -- "$serve" $model >"$dir/json" \
 		2>"$dir/err" || fail "--json: exit $?: $(cat "$dir/err")"
-	python3 - "$dir/json" "$serve $model" "$lib" $steps <<'PY' || fail "--json: $(cat "$dir/json")"
+	if ! python3 - "$dir/json" "$serve $model" "$lib" $steps <<'PY'
 import json, os, sys
 d = json.load(open(sys.argv[1]))
 keys = {"status", "result", "cmd", "preload", "steps", "window_steps", "reference_ms",
@@ -73,6 +75,9 @@ for k in ("reference_ms", "restore_offline_s", "restore_copy_s", "resumed_run_ms
           "redo_ms", "restore_speedup"):
     assert isinstance(d[k], float) and d[k] > 0, (k, d)
 PY
+	then
+		fail "--json: $(cat "$dir/json")"
+	fi
 	;;
 differ)
 	# No CUDA, so no window commits: the restore starts it afresh, and
@@ -83,8 +88,7 @@ differ)
 	cat "$dir/report"
 	grep -qx '  moeft restore: no committed window: CMD started afresh' "$dir/report" ||
 		fail "no fresh-start line"
-	kept=$(sed -n 's/^RESULT: the outputs DIFFER (kept in \(.*\): want, got, restore.err)$/\1/p' \
-		"$dir/report")
+	kept=$(sed -n "s/$differ/\\1/p" "$dir/report")
 	[ -n "$kept" ] || fail "no RESULT DIFFER line"
 	for f in want got restore.err; do
 		[ -f "$kept/$f" ] || fail "$kept/$f was not kept"
@@ -103,9 +107,11 @@ print(d["kept_dir"])' "$dir/json") || fail "--json: $(cat "$dir/json")"
 
 	# A command that ignores --steps ends before the kill; one that fails
 	# fails without the preload already.
-	expect 1 "moeft demo: under the preload, /bin/true exited with status 0 before the kill, at step 0 of 40 (more --steps?); its messages:" \
+	expect 1 "moeft demo: under the preload, /bin/true exited with status 0 before the kill, \
+at step 0 of 40 (more --steps?); its messages:" \
 		--preload "$lib" --steps 40 -- /bin/true
-	expect 2 "moeft demo: uninterrupted, without the preload, /bin/false exited with status 1; its messages:" \
+	expect 2 "moeft demo: uninterrupted, without the preload, /bin/false exited with status 1; \
+its messages:" \
 		--preload "$lib" --steps 40 -- /bin/false
 	;;
 usage)
@@ -117,11 +123,13 @@ usage)
 		--preload "$lib" --steps 1e3 -- "$serve"
 	expect 2 "moeft demo: --preload $dir/none.so: No such file or directory" \
 		--preload "$dir/none.so" -- "$serve"
-	expect 2 "moeft demo: --preload $dir/text: not an ELF file" --preload "$dir/text" -- "$serve"
+	expect 2 "moeft demo: --preload $dir/text: not an ELF file" \
+		--preload "$dir/text" -- "$serve"
 	expect 2 "moeft demo: --preload $serve: not a shared library" --preload "$serve" -- "$serve"
 	expect 2 "moeft demo: --wal $dir/no/x.wal: no such directory: $dir/no" \
 		--preload "$lib" --wal "$dir/no/x.wal" -- "$serve"
-	expect 2 "moeft demo: --wal $dir/text exists and is not a moeft log; refusing to overwrite it" \
+	expect 2 "moeft demo: --wal $dir/text exists and is not a moeft log; refusing to \
+overwrite it" \
 		--preload "$lib" --wal "$dir/text" -- "$serve"
 	expect 2 "moeft demo: no-such-command: not found in PATH" \
 		--preload "$lib" -- no-such-command
