@@ -6,7 +6,7 @@
 #           outputs kept; a command that ends before the kill; one that fails
 #   usage   every option and argument error: its exact message, exit 2
 #
-# Usage: check.sh CHECK MOEFT LIBMOEFT SERVE CHANGING_PY
+# Usage: check.sh CHECK MOEFT LIBMOEFT SERVE CHANGING
 set -u
 
 check=$1 moeft=$2 lib=$3 serve=$4 changing=$5
@@ -85,6 +85,7 @@ differ)
 	"$moeft" demo --preload "$lib" --steps 40 -- "$changing" >"$dir/report" 2>"$dir/err"
 	rc=$?
 	[ "$rc" = 1 ] || fail "changing output: exit $rc, want 1: $(cat "$dir/err")"
+	[ ! -s "$dir/err" ] || fail "changing output: messages on stderr: $(cat "$dir/err")"
 	cat "$dir/report"
 	grep -qx '  moeft restore: no committed window: CMD started afresh' "$dir/report" ||
 		fail "no fresh-start line"
@@ -105,11 +106,11 @@ print(d["kept_dir"])' "$dir/json") || fail "--json: $(cat "$dir/json")"
 	[ -f "$kept/got" ] || fail "--json: $kept/got was not kept"
 	rm -rf "$kept"
 
-	# A command that ignores --steps ends before the kill; one that fails
+	# A command that does fewer steps ends before the kill; one that fails
 	# fails without the preload already.
-	expect 1 "moeft demo: under the preload, /bin/true exited with status 0 before the kill, \
+	expect 1 "moeft demo: under the preload, $changing exited with status 0 before the kill, \
 at step 0 of 40 (more --steps?); its messages:" \
-		--preload "$lib" --steps 40 -- /bin/true
+		--preload "$lib" --steps 40 -- "$changing" --steps=0
 	expect 2 "moeft demo: uninterrupted, without the preload, /bin/false exited with status 1; \
 its messages:" \
 		--preload "$lib" --steps 40 -- /bin/false
