@@ -467,7 +467,7 @@ static const char *target(int argc, char **argv)
 	static const char *const valued[] = {
 		"-w", "--wal", "-s", "--seconds",			/* wal */
 		"-n", "--launches", "-S", "--steps", "-p", "--preload",	/* launch */
-		"-f", "--fixture",
+		"-f", "--fixture", "-b", "--bench", "--serve",
 		"-m", "--pool-mib", "-k", "--chunk-kib",		/* restore */
 	};
 
@@ -569,8 +569,8 @@ const struct cli_command cmd_bench = {
 	.summary = "measure the log and restore against memcpy, the interposer's cost per launch",
 	.usage =
 	"Usage: moeft bench wal [--wal PATH] [--seconds S] [--json]\n"
-	"       moeft bench launch [--launches N] [--steps N] [--preload PATH]\n"
-	"                          [--fixture DIR] [--json]\n"
+	"       moeft bench launch --fixture DIR --bench PROG --serve PROG\n"
+	"                          [--preload LIB] [--launches N] [--steps N] [--json]\n"
 	"       moeft bench restore [--pool-mib N] [--chunk-kib K] [--json]\n"
 	"\n"
 	"wal:\n"
@@ -590,17 +590,23 @@ const struct cli_command cmd_bench = {
 	"Measure what libmoeft.so costs on the CPU fixture, each figure without\n"
 	"and with LD_PRELOAD in the same run, the two alternating: ns per\n"
 	"cudaLaunchKernel of a kernel no rule owns and of one a rule owns (best\n"
-	"of 5 runs), the wall time of the test serving program in eager and in\n"
-	"graph mode (best of 3), and, when valgrind is on PATH, the instructions\n"
-	"libmoeft.so adds to a no-rule launch (callgrind).  The pieces are found\n"
-	"in the build tree of this moeft: preload/libmoeft.so, tests/fixture,\n"
-	"tests/bench/launch_bench, tests/serve/serve.\n"
+	"of 5 runs of PROG of --bench), the wall time of the serving program in\n"
+	"eager and in graph mode (best of 3), and, when valgrind is on PATH, the\n"
+	"instructions libmoeft.so adds to a no-rule launch (callgrind).  Every\n"
+	"piece is named: in moeft's source tree, tests/bench/launch.sh runs this\n"
+	"with a build's (tests/fixture, tests/bench/launch_bench, tests/serve/serve).\n"
 	"\n"
+	"  -f, --fixture DIR  the CPU fixture: libcudart.so.13, libcuda.so.1 (every\n"
+	"                     run's LD_LIBRARY_PATH)\n"
+	"  -b, --bench PROG   the launch micro-benchmark (tests/bench/launch_bench.c:\n"
+	"                     --launches N --repeats R [--callgrind], prints\n"
+	"                     norule_ns=X rule_ns=Y)\n"
+	"      --serve PROG   the serving program (demo/serve.c: --mode=eager|graph\n"
+	"                     --steps=N)\n"
+	"  -p, --preload LIB  libmoeft.so to measure (default: the one beside moeft)\n"
 	"  -n, --launches N   launches per run, 1000 to 100000000 (default 100000;\n"
 	"                     callgrind counts at most 20000)\n"
 	"  -S, --steps N      decode steps of a serving run (default 512)\n"
-	"  -p, --preload PATH libmoeft.so to measure\n"
-	"  -f, --fixture DIR  directory of the fixture's libcudart.so.13, libcuda.so.1\n"
 	"  -j, --json         print one JSON object instead of a table\n"
 	"\n"
 	"restore:\n"

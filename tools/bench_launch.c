@@ -2,18 +2,20 @@
  * bench_launch.c - moeft bench launch: what the interposer costs a
  * launch, and a serving step, on the CPU fixture.
  *
- * The pieces come from a build tree, found next to the moeft executable
- * (/proc/self/exe is BUILD/tools/moeft): BUILD/preload/libmoeft.so,
- * BUILD/tests/fixture (the test-only libcudart.so.13 and libcuda.so.1),
- * BUILD/tests/bench/launch_bench and BUILD/tests/serve/serve.  --preload
- * and --fixture name the first two elsewhere.
+ * Every piece is named on the command line, nothing is looked up in a
+ * build tree: --fixture DIR (the CPU fixture's libcudart.so.13 and
+ * libcuda.so.1), --bench PROG (a launch micro-benchmark speaking
+ * tests/bench/launch_bench.c's protocol), --serve PROG (a serving program
+ * speaking demo/serve.c's: --mode, --steps) and --preload LIB (default:
+ * the libmoeft.so beside moeft, launch.h).  tests/bench/launch.sh passes
+ * a build tree's.
  *
  * Method: every figure compares a run without the preload against one
- * with it, in the same invocation, the two alternating.  launch_bench
+ * with it, in the same invocation, the two alternating.  The benchmark
  * (tests/bench/launch_bench.c) times --launches cudaLaunchKernel calls
  * of a kernel no rule owns and of one a built-in rule owns, best of 3
  * inside a run; this file keeps the best of ROUNDS runs of each side.
- * The test serving program runs its default model for --steps steps in
+ * The serving program runs its default model for --steps steps in
  * eager and in graph mode; its figure is the process's wall time, best
  * of SERVE_ROUNDS.  If valgrind is on PATH, callgrind counts the
  * instructions of min(--launches, CG_LAUNCHES) no-rule launches (the
@@ -24,34 +26,35 @@
  * run), MOEFT_WAL_SIZE=16M (creating the default 1 GiB log would dominate
  * a short run's wall time) and MOEFT_STRICT=1 (a preload that fails to
  * start ends the run instead of measuring nothing).  Every child loses
- * the caller's LD_PRELOAD, LD_LIBRARY_PATH and MOEFT_* variables and gets
+ * the caller's LD_PRELOAD and MOEFT_* variables and gets
  * LD_LIBRARY_PATH=the fixture.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "bench.h"
+#include "child.h"
 #include "json.h"
+#include "kvstore.h"
+#include "launch.h"
 
 #define ROUNDS 5		/* launch_bench runs per side */
 #define SERVE_ROUNDS 3		/* serve runs per side and mode */
 #define CG_LAUNCHES 20000ul	/* at most, under callgrind */
 #define WAL_SIZE "16M"
-#define PATH_LEN 4096
-
-extern char **environ;
+#define PATH_LEN PATH_MAX
 
 struct ctx {
 	const struct cli_command *cmd;
-	char preload[PATH_LEN], fixture[PATH_LEN], bench[PATH_LEN], serve[PATH_LEN];
+	const char *preload, *fixture;
+	char lib[PATH_LEN];		/* the default preload */
+	char bench[PATH_LEN], serve[PATH_LEN];
 	char valgrind[PATH_LEN];	/* "" when not on PATH */
 	char wal[PATH_LEN], cgout[PATH_LEN];
 	char **env[2];			/* without, with the preload */
@@ -65,134 +68,62 @@ struct figures {
 	double cg_instr[2];		/* per launch; NAN when not measured */
 };
 
-/* ---- finding the pieces ------------------------------------------------ */
+/* ---- the pieces ------------------------------------------------------- */
 
-/* BUILD from /proc/self/exe = BUILD/tools/moeft; -1 if it cannot be read. */
-static int build_root(char *buf, size_t len)
+/* Check the pieces named on the command line, as usage errors. */
+static void check_pieces(struct cli_opts *o, struct ctx *c, const char *bench,
+			  const char *serve)
 {
-	ssize_t n = readlink("/proc/self/exe", buf, len - 1);
-	char *slash;
+	char lib[PATH_LEN + 32], msg[PATH_LEN + 64];
 
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	for (int i = 0; i < 2; i++) {
-		if (!(slash = strrchr(buf, '/')))
-			return -1;
-		*slash = '\0';
+	if (!c->preload) {
+		if (launch_find_preload(c->lib, sizeof c->lib) < 0)
+			cli_usage_error(o, "--preload LIB is required: no %s",
+					c->lib[0] ? c->lib : "libmoeft.so beside moeft");
+		c->preload = c->lib;
 	}
-	if (!*buf)
-		strcpy(buf, "/");
-	return 0;
+	if (launch_check_lib(c->preload, msg, sizeof msg) < 0)
+		cli_usage_error(o, "--preload %s", msg);
+	if (!c->fixture)
+		cli_usage_error(o, "--fixture DIR is required (the CPU fixture's libraries)");
+	else if (snprintf(lib, sizeof lib, "%s/libcudart.so.13", c->fixture) >= (int)sizeof lib ||
+		 access(lib, R_OK) != 0)
+		cli_usage_error(o, "--fixture %s: no libcudart.so.13 there", c->fixture);
+	if (!bench)
+		cli_usage_error(o, "--bench PROG is required (the launch micro-benchmark)");
+	else if (child_find(bench, c->bench, sizeof c->bench) < 0)
+		cli_usage_error(o, "--bench %s: %s", bench, strerror(errno));
+	if (!serve)
+		cli_usage_error(o, "--serve PROG is required (the serving program)");
+	else if (child_find(serve, c->serve, sizeof c->serve) < 0)
+		cli_usage_error(o, "--serve %s: %s", serve, strerror(errno));
+	child_find("valgrind", c->valgrind, sizeof c->valgrind);
 }
 
-static int join(char *out, const char *dir, const char *name)
+/* The children's environments: without and with the preload. */
+static int make_envs(struct ctx *c)
 {
-	int n = snprintf(out, PATH_LEN, "%s/%s", dir, name);
+	char path[PATH_LEN + 32], preload[PATH_LEN + 32], wal[PATH_LEN + 32];
+	const char *plain[] = { path, NULL };
+	const char *with[] = { path, preload, wal, "MOEFT_WAL_SIZE=" WAL_SIZE, "MOEFT_STRICT=1",
+			       NULL };
 
-	return n > 0 && n < PATH_LEN ? 0 : -1;
+	snprintf(path, sizeof path, "LD_LIBRARY_PATH=%s", c->fixture);
+	snprintf(preload, sizeof preload, "LD_PRELOAD=%s", c->preload);
+	snprintf(wal, sizeof wal, "MOEFT_WAL=%s", c->wal);
+	c->env[0] = child_env(plain);
+	c->env[1] = child_env(with);
+	return c->env[0] && c->env[1] ? 0 : -1;
 }
 
-/* valgrind's path from PATH into out; 0 if found. */
-static int find_valgrind(char *out)
+/* The log of a run under the preload, and its KV store beside it. */
+static void remove_log(const struct ctx *c)
 {
-	const char *path = getenv("PATH");
+	char kv[PATH_LEN + 3];
 
-	while (path && *path) {
-		size_t n = strcspn(path, ":");
-		int w = snprintf(out, PATH_LEN, "%.*s/valgrind", (int)n, path);
-
-		if (n && w > 0 && w < PATH_LEN && access(out, X_OK) == 0)
-			return 0;
-		path += n + (path[n] == ':');
-	}
-	out[0] = '\0';
-	return -1;
-}
-
-/* 0, or the exit status after saying what is missing. */
-static int locate(struct ctx *c, int json, const char *preload, const char *fixture)
-{
-	char root[PATH_LEN], lib[PATH_LEN];
-	int have_root = build_root(root, sizeof root) == 0;
-	const struct {
-		char *path;
-		const char *given, *rel, *what;
-		int mode;
-	} need[] = {
-		{ c->preload, preload, "preload/libmoeft.so", "the preload (libmoeft.so)", R_OK },
-		{ c->fixture, fixture, "tests/fixture", "the CPU fixture's directory", X_OK },
-		{ c->bench, NULL, "tests/bench/launch_bench", "the launch micro-benchmark", X_OK },
-		{ c->serve, NULL, "tests/serve/serve", "the test serving program", X_OK },
-	};
-
-	for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
-		if (need[i].given) {
-			if (strlen(need[i].given) >= PATH_LEN)
-				return cli_fail(c->cmd, json, EXIT_USAGE, "path too long: %s",
-						need[i].given);
-			strcpy(need[i].path, need[i].given);
-		} else if (!have_root || join(need[i].path, root, need[i].rel) < 0) {
-			return cli_fail(c->cmd, json, EXIT_USAGE, "missing %s: cannot find the "
-					"build tree of this moeft from /proc/self/exe",
-					need[i].what);
-		}
-		if (access(need[i].path, need[i].mode) != 0)
-			return cli_fail(c->cmd, json, EXIT_USAGE, "missing %s: %s: %s (run "
-					"moeft from a build tree with the tests built%s)",
-					need[i].what, need[i].path, strerror(errno),
-					i < 2 ? ", or name it with --preload/--fixture" : "");
-	}
-	if (join(lib, c->fixture, "libcudart.so.13") < 0 || access(lib, R_OK) != 0)
-		return cli_fail(c->cmd, json, EXIT_USAGE, "missing the CPU fixture: no "
-				"libcudart.so.13 in %s", c->fixture);
-	find_valgrind(c->valgrind);
-	return 0;
-}
-
-/* ---- children ------------------------------------------------------------ */
-
-static int dropped(const char *var)
-{
-	return !strncmp(var, "LD_PRELOAD=", 11) || !strncmp(var, "LD_LIBRARY_PATH=", 16) ||
-	       !strncmp(var, "MOEFT_", 6);
-}
-
-static void free_env(char **env)
-{
-	for (char **e = env; e && *e; e++)
-		free(*e);
-	free(env);
-}
-
-/* The caller's environment less dropped(), plus LD_LIBRARY_PATH and, when
- * `preload`, the preload's variables.  NULL when out of memory. */
-static char **make_env(const struct ctx *c, int preload)
-{
-	size_t n = 0, k = 0;
-	char **env;
-
-	while (environ[n])
-		n++;
-	if (!(env = calloc(n + 6, sizeof *env)))
-		return NULL;
-	for (size_t i = 0; i < n; i++)
-		if (!dropped(environ[i]) && !(env[k++] = strdup(environ[i])))
-			goto fail;
-	if (asprintf(&env[k++], "LD_LIBRARY_PATH=%s", c->fixture) < 0)
-		goto fail;
-	if (!preload)
-		return env;
-	if (asprintf(&env[k++], "LD_PRELOAD=%s", c->preload) < 0 ||
-	    asprintf(&env[k++], "MOEFT_WAL=%s", c->wal) < 0 ||
-	    !(env[k++] = strdup("MOEFT_WAL_SIZE=" WAL_SIZE)) ||
-	    !(env[k++] = strdup("MOEFT_STRICT=1")))
-		goto fail;
-	return env;
-fail:
-	env[k > 0 ? k - 1 : 0] = NULL;
-	free_env(env);
-	return NULL;
+	unlink(c->wal);
+	if (kvs_path(c->wal, kv, sizeof kv) == 0)
+		unlink(kv);
 }
 
 /*
@@ -201,22 +132,12 @@ fail:
  * into *wall.  0, or -1 with c->msg set.  The log of a preloaded run is
  * removed before and after it.
  */
-/* The log of a run under the preload, and its KV store beside it. */
-static void remove_log(const struct ctx *c)
-{
-	char kv[PATH_LEN + 3];
-
-	unlink(c->wal);
-	snprintf(kv, sizeof kv, "%s.kv", c->wal);
-	unlink(kv);
-}
-
 static int run(struct ctx *c, char *const argv[], int preload, char *out, size_t outlen,
 	       double *wall)
 {
-	posix_spawn_file_actions_t fa;
-	int fd[2] = { -1, -1 }, status, err;
+	int fd[2] = { -1, -1 }, status = -1, err;
 	size_t got = 0;
+	char how[64];
 	double t;
 	pid_t pid;
 
@@ -227,11 +148,8 @@ static int run(struct ctx *c, char *const argv[], int preload, char *out, size_t
 			 strerror(errno));
 		return -1;
 	}
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_adddup2(&fa, out ? fd[1] : fd[0], STDOUT_FILENO);
 	t = bench_now();
-	err = posix_spawn(&pid, argv[0], &fa, NULL, argv, c->env[preload]);
-	posix_spawn_file_actions_destroy(&fa);
+	err = child_spawn(&pid, argv, c->env[preload], out ? fd[1] : fd[0], -1);
 	if (out)
 		close(fd[1]);
 	while (!err && out && got + 1 < outlen) {
@@ -250,24 +168,13 @@ static int run(struct ctx *c, char *const argv[], int preload, char *out, size_t
 		snprintf(c->msg, sizeof c->msg, "cannot run %s: %s", argv[0], strerror(err));
 		return -1;
 	}
-	while (waitpid(pid, &status, 0) < 0)
-		if (errno != EINTR) {
-			status = -1;
-			break;
-		}
+	status = child_wait(pid);
 	*wall = bench_now() - t;
 	if (preload)
 		remove_log(c);
 	if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		char how[64];
-
-		if (status != -1 && WIFSIGNALED(status))
-			snprintf(how, sizeof how, "was killed by signal %d", WTERMSIG(status));
-		else
-			snprintf(how, sizeof how, "exited with status %d",
-				 status == -1 ? -1 : WEXITSTATUS(status));
-		snprintf(c->msg, sizeof c->msg, "%s %s %s the preload", argv[0], how,
-			 preload ? "with" : "without");
+		snprintf(c->msg, sizeof c->msg, "%s %s %s the preload", argv[0],
+			 child_how(how, sizeof how, status), preload ? "with" : "without");
 		return -1;
 	}
 	return 0;
@@ -387,7 +294,7 @@ static void print_text(const struct ctx *c, const struct figures *f, const char 
 	       f->norule_ns[0], f->norule_ns[1], ratio(f->norule_ns));
 	printf("  %-22s %8.1f ns %8.1f ns %8.3f\n", "kernel a rule owns", f->rule_ns[0],
 	       f->rule_ns[1], ratio(f->rule_ns));
-	printf("\ntest serving program, default model, %lu steps, wall time, best of %d\n",
+	printf("\n%s, default model, %lu steps, wall time, best of %d\n", c->serve,
 	       f->steps, SERVE_ROUNDS);
 	printf("  %-22s %8.1f ms %8.1f ms %8.3f\n", "eager", f->eager_s[0] * 1e3,
 	       f->eager_s[1] * 1e3, ratio(f->eager_s));
@@ -413,6 +320,8 @@ static void print_json(const struct ctx *c, const struct figures *f, const char 
 	bench_machine_json(&j, cpu);
 	json_kv_str(&j, "cuda", "fixture");
 	json_kv_str(&j, "preload", c->preload);
+	json_kv_str(&j, "bench", c->bench);
+	json_kv_str(&j, "serve", c->serve);
 	json_kv_u64(&j, "launches", f->launches);
 	json_kv_u64(&j, "rounds", ROUNDS);
 	json_kv_double(&j, "norule_ns_base", f->norule_ns[0]);
@@ -445,18 +354,23 @@ int bench_launch(const struct cli_command *cmd, int argc, char **argv)
 		{ "steps", required_argument, NULL, 'S' },
 		{ "preload", required_argument, NULL, 'p' },
 		{ "fixture", required_argument, NULL, 'f' },
+		{ "bench", required_argument, NULL, 'b' },
+		{ "serve", required_argument, NULL, 1 },	/* no short option */
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
 	struct cli_opts o = { .cmd = cmd };
 	struct figures f = { .launches = 100000, .steps = 512, .cg_instr = { NAN, NAN } };
-	const char *preload = NULL, *fixture = NULL;
-	struct ctx *c;
+	const char *bench = NULL, *serve = NULL;
+	struct ctx *c = calloc(1, sizeof *c);
 	char cpu[128];
 	uint64_t v;
 	int ch, ret;
 
+	if (!c)
+		return cli_fail(cmd, 0, EXIT_USAGE, "out of memory");
+	c->cmd = cmd;
 	while ((ch = cli_getopt(&o, argc, argv, opts)) != -1) {
 		switch (ch) {
 		case 'n':
@@ -467,28 +381,28 @@ int bench_launch(const struct cli_command *cmd, int argc, char **argv)
 			if (cli_parse_u64(&o, "--steps", optarg, 1, 100000, &v) == 0)
 				f.steps = (unsigned long)v;
 			break;
-		case 'p': preload = optarg; break;
-		case 'f': fixture = optarg; break;
+		case 'p': c->preload = optarg; break;
+		case 'f': c->fixture = optarg; break;
+		case 'b': bench = optarg; break;
+		case 1: serve = optarg; break;
 		case 'j': o.json = 1; break;
-		case 'h': cli_print_usage(cmd, stdout); return EXIT_OK;
+		case 'h':
+			cli_print_usage(cmd, stdout);
+			ret = EXIT_OK;
+			goto out;
 		}
 	}
 	if (optind == argc || strcmp(argv[optind], "launch"))
 		cli_usage_error(&o, "missing what to measure: 'launch'");
 	else if (optind + 1 < argc)
 		cli_usage_error(&o, "unexpected argument '%s'", argv[optind + 1]);
+	check_pieces(&o, c, bench, serve);
 	if ((ret = cli_parse_done(&o)))
-		return ret;
-
-	if (!(c = calloc(1, sizeof *c)))
-		return cli_fail(cmd, o.json, EXIT_USAGE, "out of memory");
-	c->cmd = cmd;
-	if ((ret = locate(c, o.json, preload, fixture)))
 		goto out;
 	snprintf(c->wal, sizeof c->wal, "/dev/shm/moeft-bench-launch-%ld.wal", (long)getpid());
 	snprintf(c->cgout, sizeof c->cgout, "/dev/shm/moeft-bench-launch-%ld.callgrind",
 		 (long)getpid());
-	if (!(c->env[0] = make_env(c, 0)) || !(c->env[1] = make_env(c, 1))) {
+	if (make_envs(c) < 0) {
 		ret = cli_fail(cmd, o.json, EXIT_USAGE, "out of memory");
 		goto out;
 	}
@@ -505,8 +419,8 @@ int bench_launch(const struct cli_command *cmd, int argc, char **argv)
 		print_text(c, &f, cpu);
 	ret = EXIT_OK;
 out:
-	free_env(c->env[0]);
-	free_env(c->env[1]);
+	child_env_free(c->env[0]);
+	child_env_free(c->env[1]);
 	free(c);
 	return ret;
 }

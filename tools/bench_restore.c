@@ -25,7 +25,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,17 +169,6 @@ static int check_images(struct fixture *x, char *msg, size_t len)
 	return ret;
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	return remove(path) < 0 && errno != ENOENT ? -1 : 0;
-}
-
-/* Remove a directory and everything under it. */
-static void rm_tree(const char *dir)
-{
-	nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
-}
-
 /* ---- measuring -------------------------------------------------------------- */
 
 static int run(struct fixture *x, struct figures *fg, char *msg, size_t len)
@@ -200,7 +188,7 @@ static int run(struct fixture *x, struct figures *fg, char *msg, size_t len)
 		struct restore_stats st;
 		double t;
 
-		rm_tree(x->out);
+		cli_rm_tree(x->out);
 		if ((ret = restore_offline(x->f.path, x->out, &st)) != EXIT_OK) {
 			snprintf(msg, len, "the restore %s (status %d)", ret == EXIT_BAD ?
 				 "is not whole" : "failed", ret);
@@ -349,7 +337,7 @@ int bench_restore(const struct cli_command *cmd, int argc, char **argv)
 		ret = cli_fail(cmd, o.json, EXIT_USAGE, "forging the fixture: %s", x->f.msg);
 	else if (run(x, &fg, msg, sizeof msg) < 0)
 		ret = cli_fail(cmd, o.json, EXIT_USAGE, "%s", msg);
-	rm_tree(x->dir);
+	cli_rm_tree(x->dir);
 	if (ret)
 		goto out;
 	bench_cpu_model(cpu, sizeof cpu);

@@ -3,6 +3,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <math.h>
 #include <pwd.h>
 #include <stdarg.h>
@@ -291,6 +292,16 @@ int cli_prepare_fresh_log(const char *path, unsigned *flags, char *msg, size_t l
 		return -1;
 	}
 	return remove_log(path, msg, len);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	return remove(path) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+void cli_rm_tree(const char *dir)
+{
+	nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
 
 const char *cli_fmt_bytes(char *buf, size_t len, uint64_t bytes)

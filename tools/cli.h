@@ -92,6 +92,9 @@ void cli_default_path(char *buf, size_t len, const char *name);
  */
 int cli_prepare_fresh_log(const char *path, unsigned *flags, char *msg, size_t len);
 
+/* Remove a directory and everything under it (rm -rf), errors ignored. */
+void cli_rm_tree(const char *dir);
+
 /* "512 B", "34 KiB", "12.3 MiB", "1 GiB" */
 const char *cli_fmt_bytes(char *buf, size_t len, uint64_t bytes);
 /* CLOCK_REALTIME nanoseconds as local "2024-05-01 12:00:00" */

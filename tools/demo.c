@@ -1,654 +1,612 @@
 /*
- * demo.c - moeft demo: a serving process writes its log, is killed, and the
- * log is recovered.
+ * demo.c - moeft demo: moeft's main job, shown on a serving program.
  *
- * A forked child plays an MoE inference server: it formats a log, records
- * its device allocations, then for every decode step the top-k routing of
- * each layer and the KV blocks that filled up, committing a window every
- * WINDOW_STEPS steps and telling the parent each window id it saw commit.
- * Unless --no-crash, it SIGKILLs itself halfway through a window.  The
- * parent then recovers the log and checks that exactly the windows the
- * child saw commit are there, intact, and nothing else.
+ * CMD (the demo serving program unless given; demo/README.md says what
+ * another must do) decodes --steps steps three times:
+ *   1. uninterrupted, without the preload: the reference stdout and time;
+ *   2. under LD_PRELOAD=LIB, writing the log, with --journal: SIGKILLed
+ *      once the journal shows KILL_AT of the steps done;
+ *   3. `moeft restore --wal LOG --preload LIB -- CMD ...`, run as this
+ *      very executable (/proc/self/exe), so the real restore path runs:
+ *      it writes the last committed window's state, then CMD resumes
+ *      after that window, under the preload, and finishes.
+ * The report: whether 3's stdout equals 1's (RESULT), the steps decoded
+ * before the kill less the step 3 resumed at (RPO), and the restore's
+ * time, from its messages (RTO), against decoding the lost steps again.
+ * The children get the caller's environment less LD_PRELOAD and MOEFT_*
+ * (child.h), plus what each run needs: the figures are the defaults'.
  */
 #include <errno.h>
-#include <inttypes.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "child.h"
 #include "cli.h"
-#include "crc32c.h"
-#include "hist.h"
 #include "json.h"
-#include "record.h"
-#include "report.h"
+#include "launch.h"
 
-/* The simulated model and server. */
-#define LAYERS 16u
-#define EXPERTS 64u
-#define TOP_K 8u
-#define BATCH 32u		/* sequences, one token each per decode step */
-#define WINDOW_STEPS 16u
-#define ZIPF_MIN 0.7		/* skew of expert popularity: Zipf exponent */
-#define ZIPF_MAX 1.2		/* of a layer, drawn from [ZIPF_MIN, ZIPF_MAX) */
-#define BLOCK_TOKENS 16u
-#define KV_HEADS 8u
-#define HEAD_DIM 128u
-#define BLOCK_BYTES (BLOCK_TOKENS * KV_HEADS * HEAD_DIM * 2u)	/* fp16 */
-#define POOL_BLOCKS 512u	/* per layer and per K or V */
-#define SEQ_BLOCKS (POOL_BLOCKS / BATCH) /* ring of blocks per sequence slot */
-#define KV_POOL_ID 1u
-#define SEED UINT64_C(0x6d6f656674646d6f)
+#define DEFAULT_STEPS 600
+#define MIN_STEPS 32		/* two windows: a kill at KILL_AT lands past one */
+#define KILL_AT 0.6		/* of the steps done when the journal shows it */
+#define WINDOW 16		/* MOEFT_WINDOW of the runs: the RPO's bound */
+#define POLL_US 1000		/* journal polling while waiting for the kill */
+#define ERR_MAX 65536		/* of the restore's messages, read for figures */
 
-/* At about 380 KiB per window, this many fit the log without wrapping, so
- * no window is reclaimed and all of them must be recovered. */
-#define LOG_SIZE (UINT64_C(64) << 20)
-#define MAX_WINDOWS 128u
-#define DEFAULT_WINDOWS 64u
-
-
-/* Child to parent, through a pipe. */
-enum { MSG_OPENED = 1, MSG_COMMITTED = 2 };
-struct msg {
-	uint32_t what;
-	uint32_t media;		/* MSG_OPENED: enum wal_media */
-	uint64_t window;	/* MSG_COMMITTED: the window id */
+struct demo {
+	const struct cli_command *cmd;
+	int json;
+	unsigned long steps;
+	const char *lib;
+	char preload[PATH_MAX], serve[PATH_MAX], self[PATH_MAX];
+	char dir[64];			/* temporary: outputs, journal, the log */
+	char wal[PATH_MAX];		/* the log: --wal, or in dir */
+	char journal[PATH_MAX], steps_arg[32], journal_arg[PATH_MAX + 16];
+	char **cmdv;			/* CMD ARGS --steps=N */
+	char **cmdj;			/* ... --journal=J */
+	char **restorev;		/* moeft restore ... -- cmdj */
+	char **env_plain, **env_preload;
+	int keep;			/* leave dir behind: the outputs differ */
 };
 
-struct server {
-	struct wal *w;
-	int fd;			/* pipe to the parent */
-	uint64_t rng;
-	uint32_t expert_at_rank[LAYERS][EXPERTS]; /* popularity order */
-	double cdf[LAYERS][EXPERTS]; /* of the popularity ranks */
-	uint32_t prompt[BATCH];	/* tokens of each sequence before step 0 */
-	uint32_t pattern_crc;	/* CRC of the fixed part of a fake KV block */
+struct figures {
+	double full_ms, rest_ms;	/* wall times of runs 1 and 3 */
+	unsigned long killed, resume;
+	double offline_s, copy_s;	/* NAN when the restore did not say */
+	char window[256];		/* restore's "window W (steps ...)" */
+	int equal;
 };
 
-static uint64_t xorshift(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * UINT64_C(0x2545f4914f6cdd1d);
-}
-
-static uint64_t fnv1a(const char *s)
-{
-	uint64_t h = UINT64_C(0xcbf29ce484222325);
-
-	while (*s)
-		h = (h ^ (uint8_t)*s++) * UINT64_C(0x100000001b3);
-	return h;
-}
-
-/* The child cannot go on: say why and exit with `code`. */
-static void die(int code, const char *what, int status)
-{
-	fprintf(stderr, "moeft demo: serving process: %s: %s\n", what, wal_strerror(status));
-	_exit(code);
-}
-
-static void tell_parent(struct server *s, uint32_t what, uint32_t media, uint64_t window)
-{
-	struct msg m = { .what = what, .media = media, .window = window };
-	ssize_t n;
-
-	while ((n = write(s->fd, &m, sizeof m)) < 0 && errno == EINTR)
-		;
-	if (n != (ssize_t)sizeof m)
-		_exit(EXIT_BAD);
-}
-
-static void append(struct server *s, unsigned type, const void *p, uint32_t len)
-{
-	int64_t ret = wal_append(s->w, type, p, len);
-
-	if (ret < 0)
-		die(EXIT_BAD, "wal_append", (int)ret);
-}
-
-static void setup(struct server *s)
-{
-	uint8_t pattern[BLOCK_BYTES - 32];
-
-	s->rng = SEED;
-	for (unsigned l = 0; l < LAYERS; l++) {
-		double u = (double)(xorshift(&s->rng) % 1000) / 1000;
-		double zipf = ZIPF_MIN + (ZIPF_MAX - ZIPF_MIN) * u;
-		double sum = 0;
-
-		for (unsigned r = 0; r < EXPERTS; r++)
-			s->cdf[l][r] = sum += 1.0 / pow(r + 1, zipf);
-		for (unsigned e = 0; e < EXPERTS; e++)
-			s->expert_at_rank[l][e] = e;
-		for (unsigned e = EXPERTS - 1; e > 0; e--) {
-			unsigned r = (unsigned)(xorshift(&s->rng) % (e + 1));
-			uint32_t t = s->expert_at_rank[l][e];
-
-			s->expert_at_rank[l][e] = s->expert_at_rank[l][r];
-			s->expert_at_rank[l][r] = t;
-		}
-	}
-	for (unsigned i = 0; i < BATCH; i++)
-		s->prompt[i] = 64 + (uint32_t)(xorshift(&s->rng) % 448);
-	for (size_t i = 0; i < sizeof pattern; i++)
-		pattern[i] = (uint8_t)xorshift(&s->rng);
-	s->pattern_crc = crc32c(0, pattern, sizeof pattern);
-}
-
-/* Weights, KV pool and workspace, as a server allocates them at start. */
-static void log_allocations(struct server *s)
-{
-	uint64_t expert_bytes = (uint64_t)EXPERTS * 3 * 2048 * 1408 * 2;
-	uint64_t base = UINT64_C(0x7f3a00000000), id = KV_POOL_ID;
-	uint8_t buf[ALLOC_PAYLOAD_SIZE];
-	struct rec_alloc a;
-
-	for (unsigned i = 0; i < LAYERS + 3; i++) {
-		a = (struct rec_alloc){ .alloc_id = id++, .base = base, .api = ALLOC_API_CUDA_MALLOC };
-		if (i == 0) {
-			a.size = (uint64_t)LAYERS * 2 * POOL_BLOCKS * BLOCK_BYTES;
-			a.fingerprint = fnv1a("kv_cache.py:allocate_kv_pool");
-			a.role = ALLOC_ROLE_KV_POOL;
-		} else if (i <= LAYERS) {
-			a.size = expert_bytes;
-			a.fingerprint = fnv1a("fused_moe.py:create_expert_weights");
-			a.ordinal = i - 1;	/* live allocations of that call site */
-			a.role = ALLOC_ROLE_WEIGHTS;
-		} else if (i == LAYERS + 1) {
-			a.size = UINT64_C(1600) << 20;
-			a.fingerprint = fnv1a("model_loader.py:load_dense_weights");
-			a.role = ALLOC_ROLE_WEIGHTS;
-		} else {
-			a.size = UINT64_C(256) << 20;
-			a.fingerprint = fnv1a("worker.py:profile_workspace");
-			a.role = ALLOC_ROLE_WORKSPACE;
-		}
-		base += (a.size + (UINT64_C(2) << 20) - 1) & ~((UINT64_C(2) << 20) - 1);
-		rec_alloc_encode(buf, &a);
-		append(s, WAL_REC_ALLOC, buf, sizeof buf);
-	}
-}
-
-/* k distinct experts for one token: Zipf-skewed ranks, then the layer's
- * popularity order. */
-static void route_token(struct server *s, unsigned layer, uint8_t *out)
-{
-	uint32_t taken[TOP_K];
-
-	for (unsigned i = 0; i < TOP_K; i++) {
-		uint32_t e = EXPERTS;
-
-		for (int tries = 0; tries < 64 && e == EXPERTS; tries++) {
-			double u = (double)(xorshift(&s->rng) >> 11) / 9007199254740992.0 *
-				   s->cdf[layer][EXPERTS - 1];
-			unsigned lo = 0, hi = EXPERTS - 1;
-
-			while (lo < hi) {
-				unsigned mid = (lo + hi) / 2;
-
-				if (s->cdf[layer][mid] > u)
-					hi = mid;
-				else
-					lo = mid + 1;
-			}
-			e = s->expert_at_rank[layer][lo];
-			for (unsigned j = 0; j < i; j++)
-				if (taken[j] == e)
-					e = EXPERTS;
-		}
-		for (unsigned r = 0; e == EXPERTS; r++) { /* unlucky: most popular unused */
-			e = s->expert_at_rank[layer][r];
-			for (unsigned j = 0; j < i; j++)
-				if (taken[j] == e)
-					e = EXPERTS;
-		}
-		taken[i] = e;
-		out[4 * i] = (uint8_t)e;
-		out[4 * i + 1] = (uint8_t)(e >> 8);
-		out[4 * i + 2] = (uint8_t)(e >> 16);
-		out[4 * i + 3] = (uint8_t)(e >> 24);
-	}
-}
-
-/* A sequence's KV block is full: its K and V of every layer go to the KV
- * store, one KVREF each. */
-static void log_full_block(struct server *s, unsigned seq, uint64_t pos, uint64_t step)
-{
-	uint64_t slot = seq * SEQ_BLOCKS + pos / BLOCK_TOKENS % SEQ_BLOCKS;
-	uint8_t buf[KVREF_PAYLOAD_SIZE];
-
-	for (unsigned i = 0; i < LAYERS * 2; i++) {
-		uint64_t block = i * POOL_BLOCKS + slot;
-		/* the fake block ends with what identifies its content */
-		uint64_t tag[4] = { KV_POOL_ID, block, step, seq };
-		struct rec_kvref k = { .pool = KV_POOL_ID, .bytes = BLOCK_BYTES, .block = block,
-				       .store_off = block * BLOCK_BYTES, .step = step,
-				       .crc = crc32c(s->pattern_crc, tag, sizeof tag) };
-
-		rec_kvref_encode(buf, &k);
-		append(s, WAL_REC_KVREF, buf, sizeof buf);
-	}
-}
-
-static void decode_step(struct server *s, uint64_t step)
-{
-	uint8_t buf[ROUTING_HDR_SIZE + BATCH * TOP_K * 4];
-	struct rec_routing r = { .step = step, .tokens = BATCH, .k = TOP_K, .id_bytes = 4,
-				 .experts = EXPERTS };
-
-	for (unsigned l = 0; l < LAYERS; l++) {
-		r.layer = l;
-		rec_routing_encode(buf, &r);
-		for (unsigned t = 0; t < BATCH; t++)
-			route_token(s, l, buf + ROUTING_HDR_SIZE + t * TOP_K * 4);
-		append(s, WAL_REC_ROUTING, buf, sizeof buf);
-	}
-	for (unsigned q = 0; q < BATCH; q++) {
-		uint64_t pos = s->prompt[q] + step; /* of the token decoded now */
-
-		if (pos % BLOCK_TOKENS == BLOCK_TOKENS - 1)
-			log_full_block(s, q, pos, step);
-	}
-}
-
-/* The child: never returns. */
-static void serve(int fd, const char *path, unsigned flags, uint32_t windows, int64_t crash_window)
-{
-	struct server s = { .fd = fd };
-	struct wal_options opt;
-	struct wal_error err = { 0 };
-	struct wal_stats st;
-	int ret;
-
-	wal_options_init(&opt);
-	opt.size = LOG_SIZE;
-	opt.numa_node = cli_env.numa_node;
-	opt.flags = flags;
-	if ((ret = wal_open(path, &opt, &s.w, &err)) < 0) {
-		fprintf(stderr, "moeft demo: %s\n", err.msg);
-		_exit(EXIT_USAGE);
-	}
-	wal_stats(s.w, &st);
-	tell_parent(&s, MSG_OPENED, (uint32_t)st.media, 0);
-	setup(&s);
-	log_allocations(&s);
-	for (uint32_t win = 0; win < windows; win++) {
-		struct rec_window_steps ws = { .first_step = (uint64_t)win * WINDOW_STEPS,
-					       .steps = WINDOW_STEPS,
-					       .tokens = WINDOW_STEPS * BATCH };
-		uint8_t extra[WINDOW_STEPS_SIZE];
-		struct wal_commit_info ci;
-
-		for (unsigned t = 0; t < WINDOW_STEPS; t++) {
-			if (win == crash_window && t == WINDOW_STEPS / 2)
-				raise(SIGKILL);
-			decode_step(&s, ws.first_step + t);
-		}
-		rec_window_steps_encode(extra, &ws);
-		if ((ret = wal_commit(s.w, extra, sizeof extra, &ci)) < 0)
-			die(EXIT_BAD, "wal_commit", ret);
-		tell_parent(&s, MSG_COMMITTED, 0, ci.window);
-	}
-	wal_close(s.w);
-	_exit(EXIT_OK);
-}
-
-/* ---- the parent ------------------------------------------------------ */
-
-struct outcome {
-	pid_t pid;
-	int status;		/* from waitpid */
-	int media;		/* 0: the child never opened the log */
-	uint64_t commits;	/* windows the child saw commit */
-	int in_order;		/* and their ids were 0, 1, 2, ... */
-	int64_t crash_window;	/* -1: --no-crash */
-	double scan_ms;		/* recovery time */
-	char check[256];	/* why the recovered log is wrong, "" if right */
-};
-
-/* Read the child's messages until it is gone, then reap it. */
-static void collect(int fd, struct outcome *o)
-{
-	struct msg m;
-	ssize_t n;
-
-	o->in_order = 1;
-	for (;;) {
-		n = read(fd, &m, sizeof m);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n != (ssize_t)sizeof m)
-			break; /* EOF: the child has exited (a message is never split) */
-		if (m.what == MSG_OPENED)
-			o->media = (int)m.media;
-		else if (m.what == MSG_COMMITTED && m.window == o->commits++)
-			continue;
-		else
-			o->in_order = 0;
-	}
-	while (waitpid(o->pid, &o->status, 0) < 0 && errno == EINTR)
-		;
-}
-
-static int ended_as_planned(const struct outcome *o)
-{
-	if (o->crash_window >= 0)
-		return WIFSIGNALED(o->status) && WTERMSIG(o->status) == SIGKILL;
-	return WIFEXITED(o->status) && WEXITSTATUS(o->status) == 0;
-}
-
-static void describe_end(const struct outcome *o, char *buf, size_t len)
-{
-	if (WIFSIGNALED(o->status) && o->crash_window >= 0 && WTERMSIG(o->status) == SIGKILL)
-		snprintf(buf, len, "pid %d killed with SIGKILL during window %" PRId64
-			 " (after %" PRIu64 " commits)", (int)o->pid, o->crash_window, o->commits);
-	else if (WIFSIGNALED(o->status))
-		snprintf(buf, len, "pid %d killed by signal %d (%s) after %" PRIu64 " commits",
-			 (int)o->pid, WTERMSIG(o->status), strsignal(WTERMSIG(o->status)),
-			 o->commits);
-	else
-		snprintf(buf, len, "pid %d exited with status %d after %" PRIu64 " commits",
-			 (int)o->pid, WEXITSTATUS(o->status), o->commits);
-}
-
-/* The recovered log must hold exactly windows 0 .. commits-1, intact. */
-static void check(const struct report *rp, struct outcome *o)
-{
-	if (!o->in_order)
-		snprintf(o->check, sizeof o->check, "the writer reported commits out of order");
-	else if (report_damaged(rp))
-		snprintf(o->check, sizeof o->check, "recovery found damage: %s",
-			 rp->rec->damage[0].reason);
-	else if (rp->nwin != o->commits || (rp->nwin && rp->win[0].id != 0))
-		snprintf(o->check, sizeof o->check, "recovered %zu windows, but the writer saw %"
-			 PRIu64 " commits", rp->nwin, o->commits);
-	for (size_t i = 0; !o->check[0] && i < rp->nwin; i++)
-		if (rp->win[i].id != i || rp->win[i].state != WAL_WINDOW_INTACT)
-			snprintf(o->check, sizeof o->check, "recovered window #%zu is window %"
-				 PRIu64 " (%s), not window %zu", i, rp->win[i].id,
-				 rp->win[i].state == WAL_WINDOW_INTACT ? "intact" : "damaged", i);
-}
-
-/* Steps covered by committed windows, from their WINDOW records. */
-static int steps_of(const struct wal_window *w, uint64_t *first, uint64_t *last)
-{
-	struct rec_window_steps s;
-
-	if (!rec_decode_window(w, &s))
-		return -1;
-	*first = s.first_step;
-	*last = s.first_step + s.steps - 1;
-	return 0;
-}
-
-static int count_experts(const struct report *rp, struct hist *h)
-{
-	struct wal_iter it;
-	struct wal_record rec;
-
-	wal_iter_init(&it, rp->r);
-	while (wal_iter_next(&it, &rec))
-		if (hist_add(h, &rec) < 0)
-			return -1;
-	return 0;
-}
-
-#define SHOWN_LAYERS 3u
-#define SHOWN_EXPERTS 5u
-
-static const uint32_t shown_layer[SHOWN_LAYERS] = { 0, LAYERS / 2, LAYERS - 1 };
-
-static void print_text(const char *path, const struct outcome *o, const struct report *rp,
-		       const struct hist *h)
-{
-	const struct wal_recovery *rec = rp->rec;
-	uint64_t first = 0, last = 0, f2;
-	char b1[32], end[160];
-
-	printf("moeft demo: an MoE server logs routing and KV blocks, is killed, and recovers\n");
-	cli_row(stdout, "log", "%s (%s, %s)", path,
-		o->media ? wal_media_name(o->media) : "not opened",
-		cli_fmt_bytes(b1, sizeof b1, rec->size));
-	cli_row(stdout, "model", "%u layers x %u experts, top-%u, batch of %u, %u steps per window",
-		LAYERS, EXPERTS, TOP_K, BATCH, WINDOW_STEPS);
-	describe_end(o, end, sizeof end);
-	cli_row(stdout, "writer", "%s", end);
-	if (rp->nwin && steps_of(&rp->win[0], &first, &f2) == 0 &&
-	    steps_of(&rp->win[rp->nwin - 1], &f2, &last) == 0)
-		cli_row(stdout, "committed", "%zu window%s, %" PRIu64 "-%" PRIu64 " (steps %"
-			PRIu64 "-%" PRIu64 "): %" PRIu64 " records, %s", rp->nwin,
-			rp->nwin == 1 ? "" : "s", rp->win[0].id, rp->win[rp->nwin - 1].id, first,
-			last, rec->records, cli_fmt_bytes(b1, sizeof b1, rec->bytes));
-	else
-		cli_row(stdout, "committed", "no window");
-	if (rec->tail_records)
-		cli_row(stdout, "dropped", "uncommitted tail of %" PRIu64 " records, %s (%s)",
-			rec->tail_records, cli_fmt_bytes(b1, sizeof b1, rec->tail_bytes),
-			rec->tail_stop);
-	else
-		cli_row(stdout, "dropped", "nothing: no uncommitted records");
-	cli_row(stdout, "verified", "%s: %" PRIu64 " of %zu windows intact (recovery took %.1f ms)",
-		report_damaged(rp) ? "DAMAGED" : "OK", rec->intact_windows, rp->nwin, o->scan_ms);
-	for (unsigned i = 0; i < SHOWN_LAYERS; i++) {
-		uint32_t top[SHOWN_EXPERTS];
-		unsigned n = hist_top(h, shown_layer[i], top, SHOWN_EXPERTS);
-
-		if (!n)
-			continue;
-		printf("%-11slayer %-2" PRIu32 "  ", i ? "" : "experts", shown_layer[i]);
-		for (unsigned e = 0; e < n; e++)
-			printf(" e%-2" PRIu32 " %4.1f%%", top[e],
-			       100 * hist_share(h, shown_layer[i], top[e]));
-		printf("%s\n", i ? "" : "  (top 5, share of tokens)");
-	}
-	if (o->check[0])
-		cli_row(stdout, "error", "%s", o->check);
-	else if (rp->nwin)
-		cli_row(stdout, "recovered", "last committed window %" PRIu64 ", step %" PRIu64
-			": all %" PRIu64 " commits the writer saw, nothing else",
-			rp->win[rp->nwin - 1].id, last, o->commits);
-	else
-		cli_row(stdout, "recovered", "an empty log: the writer saw no commit");
-	printf("\nNext: moeft verify --wal %s\n      moeft inspect --wal %s --records\n",
-	       path, path);
-}
-
-static void print_json(const char *path, const struct outcome *o, const struct report *rp,
-		       const struct hist *h)
-{
-	uint64_t first = 0, last = 0, f2;
-	struct json j;
-	char key[16];
-
-	json_init(&j, stdout);
-	json_obj_begin(&j);
-	json_kv_str(&j, "status", o->check[0] ? "failed" : "ok");
-	if (o->check[0])
-		json_kv_str(&j, "error", o->check);
-	json_kv_str(&j, "path", path);
-	json_kv_str(&j, "medium", o->media ? wal_media_name(o->media) : NULL);
-	json_key(&j, "model");
-	json_obj_begin(&j);
-	json_kv_u64(&j, "layers", LAYERS);
-	json_kv_u64(&j, "experts", EXPERTS);
-	json_kv_u64(&j, "top_k", TOP_K);
-	json_kv_u64(&j, "batch", BATCH);
-	json_kv_u64(&j, "window_steps", WINDOW_STEPS);
-	json_obj_end(&j);
-	json_key(&j, "writer");
-	json_obj_begin(&j);
-	json_kv_i64(&j, "pid", o->pid);
-	json_kv_str(&j, "ended", WIFSIGNALED(o->status) ? "killed" : "exited");
-	if (WIFSIGNALED(o->status))
-		json_kv_i64(&j, "signal", WTERMSIG(o->status));
-	else
-		json_kv_i64(&j, "exit_code", WEXITSTATUS(o->status));
-	if (o->crash_window >= 0)
-		json_kv_i64(&j, "crash_window", o->crash_window);
-	json_kv_u64(&j, "commits", o->commits);
-	json_obj_end(&j);
-	json_kv_str(&j, "verification", report_damaged(rp) ? "damaged" : "intact");
-	json_kv_double(&j, "recovery_ms", o->scan_ms);
-	if (rp->nwin && steps_of(&rp->win[0], &first, &f2) == 0 &&
-	    steps_of(&rp->win[rp->nwin - 1], &f2, &last) == 0) {
-		json_key(&j, "recovered");
-		json_obj_begin(&j);
-		json_kv_u64(&j, "window", rp->win[rp->nwin - 1].id);
-		json_kv_u64(&j, "first_step", first);
-		json_kv_u64(&j, "step", last);
-		json_obj_end(&j);
-	}
-	json_key(&j, "experts_top");
-	json_obj_begin(&j);
-	for (unsigned i = 0; i < SHOWN_LAYERS; i++) {
-		uint32_t top[SHOWN_EXPERTS];
-		unsigned n = hist_top(h, shown_layer[i], top, SHOWN_EXPERTS);
-
-		snprintf(key, sizeof key, "%" PRIu32, shown_layer[i]);
-		json_key(&j, key);
-		json_arr_begin(&j);
-		for (unsigned e = 0; e < n; e++) {
-			json_obj_begin(&j);
-			json_kv_u64(&j, "expert", top[e]);
-			json_kv_double(&j, "share", hist_share(h, shown_layer[i], top[e]));
-			json_obj_end(&j);
-		}
-		json_arr_end(&j);
-	}
-	json_obj_end(&j);
-	json_key(&j, "log");
-	json_obj_begin(&j);
-	report_json(rp, &j);
-	json_obj_end(&j);
-	json_obj_end(&j);
-}
-
-static double ms_since(const struct timespec *t0)
+static double ms_now(void)
 {
 	struct timespec t;
 
 	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
+	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
-static int demo(const struct cli_command *cmd, int argc, char **argv)
+/* ---- options ----------------------------------------------------------------- */
+
+/* The default CMD, or why there is none (recorded as a usage error). */
+static void default_serve(struct cli_opts *o, struct demo *d)
+{
+	static const char *const give = "; give one: moeft demo -- CMD [ARGS...]";
+
+	if (launch_find_serve(d->serve, sizeof d->serve) < 0)
+		cli_usage_error(o, "no serving program: %s is missing (moeft was built without "
+				"nvcc)%s", d->serve[0] ? d->serve : "moeft-serve", give);
+	else if (access("/dev/nvidiactl", F_OK) < 0)
+		cli_usage_error(o, "no serving program: %s needs a GPU and there is none here "
+				"(no /dev/nvidiactl)%s", d->serve, give);
+}
+
+/* --wal PATH: a file the preload can create afresh, kept afterwards. */
+static void check_wal(struct cli_opts *o, struct demo *d, const char *path)
+{
+	char msg[PATH_MAX + 128], dir[PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	unsigned flags;
+	struct stat st;
+
+	/* its directory: "." without a slash, "/" for /NAME */
+	snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
+		 slash ? path : ".");
+	if (!*path || strlen(path) >= sizeof d->wal)
+		cli_usage_error(o, "--wal: the path is empty or too long");
+	else if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+		cli_usage_error(o, "--wal %s: no such directory: %s", path, dir);
+	else if (cli_prepare_fresh_log(path, &flags, msg, sizeof msg) < 0)
+		cli_usage_error(o, "--wal %s", msg);
+	else if (flags & WAL_OPEN_FORMAT)
+		cli_usage_error(o, "--wal %s: a device holding a log; the demo wants a file", path);
+	else
+		strcpy(d->wal, path);
+}
+
+/* The options into d: CMD's argument count (0: the default CMD), or -1
+ * with the exit status in *code (--help, a usage error). */
+static int parse(struct demo *d, int argc, char **argv, int *code)
 {
 	static const struct option opts[] = {
+		{ "preload", required_argument, NULL, 'p' },
+		{ "steps", required_argument, NULL, 's' },
 		{ "wal", required_argument, NULL, 'w' },
-		{ "windows", required_argument, NULL, 'n' },
-		{ "no-crash", no_argument, NULL, 'c' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
-	struct cli_opts opt = { .cmd = cmd };
-	struct outcome o = { .crash_window = -1 };
-	struct report rp;
-	struct hist h;
-	struct wal_error err = { 0 };
-	struct timespec t0;
-	char path[4096], msg[512];
-	uint64_t windows = DEFAULT_WINDOWS;
-	unsigned flags;
-	int c, ret, no_crash = 0, fds[2];
+	struct cli_opts o = { .cmd = d->cmd };
+	char msg[PATH_MAX + 128];
+	const char *wal = NULL;
+	char **cmd = NULL;
+	uint64_t v;
+	int c;
 
-	cli_default_path(path, sizeof path, "demo");
-	while ((c = cli_getopt(&opt, argc, argv, opts)) != -1) {
+	while ((c = cli_getopt(&o, argc, argv, opts)) != -1) {
 		switch (c) {
-		case 'w':
-			if (strlen(optarg) >= sizeof path || !*optarg)
-				cli_usage_error(&opt, "--wal: path is empty or too long");
-			else
-				strcpy(path, optarg);
+		case 'p': d->lib = optarg; break;
+		case 's':
+			if (cli_parse_u64(&o, "--steps", optarg, MIN_STEPS, 1000000, &v) == 0)
+				d->steps = (unsigned long)v;
 			break;
-		case 'n':
-			cli_parse_u64(&opt, "--windows", optarg, 1, MAX_WINDOWS, &windows);
-			break;
-		case 'c': no_crash = 1; break;
-		case 'j': opt.json = 1; break;
-		case 'h': cli_print_usage(cmd, stdout); return EXIT_OK;
+		case 'w': wal = optarg; break;
+		case 'j': o.json = 1; break;
+		case 'h':
+			cli_print_usage(d->cmd, stdout);
+			*code = EXIT_OK;
+			return -1;
 		}
 	}
-	if (optind < argc)
-		cli_usage_error(&opt, "unexpected argument '%s'", argv[optind]);
-	if ((ret = cli_parse_done(&opt)))
-		return ret;
-	if (!no_crash)
-		o.crash_window = (int64_t)(windows * 2 / 3);
-
-	if (cli_prepare_fresh_log(path, &flags, msg, sizeof msg) < 0)
-		return cli_fail(cmd, opt.json, EXIT_USAGE, "%s", msg);
-	if (pipe(fds) < 0)
-		return cli_fail(cmd, opt.json, EXIT_USAGE, "pipe: %s", strerror(errno));
-	fflush(NULL);
-	o.pid = fork();
-	if (o.pid < 0)
-		return cli_fail(cmd, opt.json, EXIT_USAGE, "fork: %s", strerror(errno));
-	if (o.pid == 0) {
-		close(fds[0]);
-		serve(fds[1], path, flags, (uint32_t)windows, o.crash_window);
-	}
-	close(fds[1]);
-	collect(fds[0], &o);
-	close(fds[0]);
-	if (!o.media && WIFEXITED(o.status) && WEXITSTATUS(o.status) == EXIT_USAGE)
-		return cli_fail(cmd, opt.json, EXIT_USAGE, "the serving process could not open %s "
-				"(its message is above)", path);
-
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	if ((ret = report_load(&rp, path, &err)) < 0)
-		return cli_fail(cmd, opt.json, EXIT_BAD, "recovery failed: %s", err.msg);
-	o.scan_ms = ms_since(&t0);
-	hist_init(&h);
-	if (count_experts(&rp, &h) < 0) {
-		ret = cli_fail(cmd, opt.json, EXIT_USAGE, "out of memory");
-	} else {
-		if (!ended_as_planned(&o)) {
-			char end[160];
-
-			describe_end(&o, end, sizeof end);
-			snprintf(o.check, sizeof o.check, "the writer did not end as planned: %s",
-				 end);
-		} else {
-			check(&rp, &o);
-		}
-		if (opt.json)
-			print_json(path, &o, &rp, &h);
+	d->json = o.json;
+	if (optind > 0 && !strcmp(argv[optind - 1], "--")) {
+		if (optind == argc)
+			cli_usage_error(&o, "a command is missing after \"--\"");
 		else
-			print_text(path, &o, &rp, &h);
-		ret = o.check[0] ? EXIT_BAD : EXIT_OK;
+			cmd = &argv[optind];
+	} else if (optind < argc) {
+		cli_usage_error(&o, "unexpected argument '%s' (a command goes after \"--\")",
+				argv[optind]);
 	}
-	hist_free(&h);
-	report_free(&rp);
+	if (!d->lib) {
+		if (launch_find_preload(d->preload, sizeof d->preload) < 0)
+			cli_usage_error(&o, "--preload LIB is required: no %s",
+					d->preload[0] ? d->preload : "libmoeft.so beside moeft");
+		d->lib = d->preload;
+	}
+	if (launch_check_lib(d->lib, msg, sizeof msg) < 0)
+		cli_usage_error(&o, "--preload %s", msg);
+	if (wal)
+		check_wal(&o, d, wal);
+	if (cmd && child_find(cmd[0], d->serve, sizeof d->serve) < 0)
+		cli_usage_error(&o, "%s: %s", cmd[0], errno == ENOENT && !strchr(cmd[0], '/') ?
+				"not found in PATH" : strerror(errno));
+	else if (!cmd)
+		default_serve(&o, d);
+	if (readlink("/proc/self/exe", d->self, sizeof d->self - 1) <= 0)
+		cli_usage_error(&o, "/proc/self/exe: %s", strerror(errno));
+	if ((*code = cli_parse_done(&o)))
+		return -1;
+	return cmd ? (int)(argv + argc - cmd) : 0;
+}
+
+/* ---- the runs ---------------------------------------------------------------- */
+
+/* a[0..na) then b[0..nb), NULL-terminated; NULL when out of memory. */
+static char **cat_argv(char *const a[], size_t na, char *const b[], size_t nb)
+{
+	char **v = calloc(na + nb + 1, sizeof *v);
+
+	if (v) {
+		memcpy(v, a, na * sizeof *v);
+		memcpy(v + na, b, nb * sizeof *v);
+	}
+	return v;
+}
+
+/* The argument vectors and environments of the runs, CMD being cmd[0]
+ * (d->serve: its path) and cmd[1..ncmd); 0, or -1 out of memory. */
+static int prepare(struct demo *d, char *const cmd[], size_t ncmd)
+{
+	char *tail[] = { d->steps_arg, d->journal_arg };
+	char *head[] = { d->self, "restore", "--wal", d->wal, "--preload", (char *)d->lib, "--" };
+	char window[32], preload[PATH_MAX + 16], wal[PATH_MAX + 16];
+	const char *plain_add[] = { window, NULL };
+	const char *preload_add[] = { window, preload, wal, NULL };
+
+	snprintf(d->steps_arg, sizeof d->steps_arg, "--steps=%lu", d->steps);
+	snprintf(d->journal_arg, sizeof d->journal_arg, "--journal=%s", d->journal);
+	snprintf(window, sizeof window, "MOEFT_WINDOW=%d", WINDOW);
+	snprintf(preload, sizeof preload, "LD_PRELOAD=%s", d->lib);
+	snprintf(wal, sizeof wal, "MOEFT_WAL=%s", d->wal);
+	d->cmdv = cat_argv(cmd, ncmd, tail, 1);
+	d->cmdj = cat_argv(cmd, ncmd, tail, 2);
+	if (!d->cmdv || !d->cmdj)
+		return -1;
+	d->cmdv[0] = d->cmdj[0] = d->serve;
+	d->restorev = cat_argv(head, sizeof head / sizeof head[0], d->cmdj, ncmd + 2);
+	d->env_plain = child_env(plain_add);
+	d->env_preload = child_env(preload_add);
+	return d->restorev && d->env_plain && d->env_preload ? 0 : -1;
+}
+
+/* Open NAME in the demo's directory for a child's output; -1 on error. */
+static int out_file(const struct demo *d, const char *name)
+{
+	char path[PATH_MAX + 32];
+
+	snprintf(path, sizeof path, "%s/%s", d->dir, name);
+	return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+}
+
+/* Copy the file NAME of the demo's directory to stderr: a child's messages. */
+static void show_file(const struct demo *d, const char *name)
+{
+	char path[PATH_MAX + 32], buf[4096];
+	size_t n;
+	FILE *f;
+
+	snprintf(path, sizeof path, "%s/%s", d->dir, name);
+	if (!(f = fopen(path, "r")))
+		return;
+	while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+		fwrite(buf, 1, n, stderr);
+	fclose(f);
+}
+
+/*
+ * Run argv to its end with env, stdout and stderr into the files out and
+ * err of the demo's directory; its wall time into *ms.  0 when it exited
+ * 0, else -1 after saying how `what` (the run, named) ended, with its
+ * messages.
+ */
+static int run(struct demo *d, char **argv, char **env, const char *out, const char *err,
+	       const char *what, double *ms)
+{
+	int ofd = out_file(d, out), efd = out_file(d, err), status = -1, e = EIO;
+	double t = ms_now();
+	char how[64];
+	pid_t pid;
+
+	if (ofd >= 0 && efd >= 0 && !(e = child_spawn(&pid, argv, env, ofd, efd)))
+		status = child_wait(pid);
+	*ms = ms_now() - t;
+	if (ofd >= 0)
+		close(ofd);
+	if (efd >= 0)
+		close(efd);
+	if (e) {
+		cli_fail(d->cmd, d->json, 0, "cannot run %s: %s", argv[0], strerror(e));
+		return -1;
+	}
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		return 0;
+	cli_fail(d->cmd, d->json, 0, "%s %s; its messages:", what,
+		 child_how(how, sizeof how, status));
+	show_file(d, err);
+	return -1;
+}
+
+/* Steps the journal shows done: its lines that begin with "step ". */
+struct journal {
+	int fd;
+	unsigned long steps;
+	size_t col;		/* of the next byte in its line */
+	int step;		/* the line so far matches "step " */
+};
+
+static void journal_read(struct journal *j)
+{
+	static const char tag[] = "step ";
+	char buf[4096];
+	ssize_t n;
+
+	while ((n = read(j->fd, buf, sizeof buf)) > 0) {
+		for (ssize_t i = 0; i < n; i++, j->col++) {
+			if (buf[i] == '\n') {
+				j->col = (size_t)-1;	/* the next byte is column 0 */
+				continue;
+			}
+			if (j->col == 0)
+				j->step = 1;
+			if (j->col < sizeof tag - 1 && buf[i] != tag[j->col])
+				j->step = 0;
+			else if (j->col == sizeof tag - 2 && j->step)
+				j->steps++;
+		}
+	}
+}
+
+/* Run 2: CMD under the preload, killed mid-decode; the steps it did. */
+static int crash(struct demo *d, struct figures *f)
+{
+	unsigned long at = (unsigned long)((double)d->steps * KILL_AT);
+	struct journal j = { .fd = -1 };
+	int efd = out_file(d, "preload.err"), status = -1, e = EIO;
+	char how[64];
+	pid_t pid;
+
+	if (efd >= 0 && !(e = child_spawn(&pid, d->cmdj, d->env_preload, -1, efd))) {
+		/* the journal appears once CMD opens it */
+		while (waitpid(pid, &status, WNOHANG) == 0) {
+			if (j.fd < 0)
+				j.fd = open(d->journal, O_RDONLY | O_CLOEXEC);
+			if (j.fd >= 0)
+				journal_read(&j);
+			if (j.steps >= at) {
+				kill(pid, SIGKILL);
+				status = child_wait(pid);
+				break;
+			}
+			usleep(POLL_US);
+		}
+	}
+	if (efd >= 0)
+		close(efd);
+	if (j.fd >= 0) {
+		journal_read(&j);	/* steps done before the kill landed */
+		close(j.fd);
+	}
+	f->killed = j.steps;
+	if (e) {
+		cli_fail(d->cmd, d->json, 0, "cannot run %s: %s", d->cmdj[0], strerror(e));
+		return -1;
+	}
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+		return 0;
+	cli_fail(d->cmd, d->json, 0, "under the preload, %s %s before the kill, at step %lu of "
+		 "%lu%s; its messages:", d->cmdj[0], child_how(how, sizeof how, status), j.steps,
+		 d->steps, WIFEXITED(status) && !WEXITSTATUS(status) ? " (more --steps?)" : "");
+	show_file(d, "preload.err");
+	return -1;
+}
+
+/* The figures in the restore's messages (tools/restore.c, the preload's
+ * restore log line); what is missing stays as it was. */
+static void restore_figures(const struct demo *d, struct figures *f)
+{
+	char path[PATH_MAX + 32], *buf = malloc(ERR_MAX + 1), *p, *end;
+	size_t n = 0;
+	FILE *fp;
+
+	snprintf(path, sizeof path, "%s/restore.err", d->dir);
+	if (!buf || !(fp = fopen(path, "r"))) {
+		free(buf);
+		return;
+	}
+	n = fread(buf, 1, ERR_MAX, fp);
+	fclose(fp);
+	buf[n] = '\0';
+	if ((p = strstr(buf, "resume at step ")))
+		f->resume = strtoul(p + 15, NULL, 10);
+	if ((p = strstr(buf, "KV restored in ")))
+		f->copy_s = strtod(p + 15, NULL);
+	if ((p = strstr(buf, " routing records; ")))
+		f->offline_s = strtod(p + 18, NULL);
+	if ((p = strstr(buf, "moeft restore: window ")) && (end = strstr(p, " ->")))
+		snprintf(f->window, sizeof f->window, "%.*s", (int)(end - p - 15), p + 15);
+	free(buf);
+}
+
+/* Whether the files a and b of the demo's directory hold the same bytes. */
+static int same_output(const struct demo *d, const char *a, const char *b)
+{
+	char pa[PATH_MAX + 32], pb[PATH_MAX + 32], ba[4096], bb[4096];
+	FILE *fa, *fb;
+	int same = 0;
+	size_t na, nb;
+
+	snprintf(pa, sizeof pa, "%s/%s", d->dir, a);
+	snprintf(pb, sizeof pb, "%s/%s", d->dir, b);
+	fa = fopen(pa, "r");
+	fb = fopen(pb, "r");
+	while (fa && fb) {
+		na = fread(ba, 1, sizeof ba, fa);
+		nb = fread(bb, 1, sizeof bb, fb);
+		if (na != nb || memcmp(ba, bb, na))
+			break;
+		if (!na) {
+			same = 1;
+			break;
+		}
+	}
+	if (fa)
+		fclose(fa);
+	if (fb)
+		fclose(fb);
+	return same;
+}
+
+/* ---- the report -------------------------------------------------------------- */
+
+/* Steps lost: done before the kill, not restored. */
+static unsigned long rpo(const struct figures *f)
+{
+	return f->killed > f->resume ? f->killed - f->resume : 0;
+}
+
+/* Decoding the lost progress again: ms, and how many times the restore. */
+static double redo_ms(const struct demo *d, const struct figures *f)
+{
+	return f->full_ms * (double)f->killed / (double)d->steps;
+}
+
+static double speedup(const struct demo *d, const struct figures *f)
+{
+	double r = f->offline_s + f->copy_s;
+
+	return r > 0 ? redo_ms(d, f) / 1e3 / r : NAN;
+}
+
+static void print_cmd(const struct demo *d, FILE *out)
+{
+	for (char **a = d->cmdv; a[1]; a++)	/* all but --steps */
+		fprintf(out, "%s%s", a == d->cmdv ? "" : " ", *a);
+}
+
+static void print_text(const struct demo *d, const struct figures *f)
+{
+	char off[32] = "?", copy[32] = "?";
+
+	if (!isnan(f->offline_s))
+		snprintf(off, sizeof off, "%.3f", f->offline_s);
+	if (!isnan(f->copy_s))
+		snprintf(copy, sizeof copy, "%.3f", f->copy_s);
+	if (f->window[0])
+		printf("  moeft restore: %s\n", f->window);
+	else
+		printf("  moeft restore: no committed window: CMD started afresh\n");
+	printf("  resumed at step %lu; finished the remaining %lu steps in %.0f ms\n\n",
+	       f->resume, d->steps - f->resume, f->rest_ms);
+	if (!f->equal) {
+		printf("RESULT: the outputs DIFFER (kept in %s: want, got, restore.err)\n", d->dir);
+		return;
+	}
+	printf("RESULT: the restored run's output equals the uninterrupted run's (every token, "
+	       "KV CRC)\n");
+	printf("RPO: %lu steps lost of %lu decoded (window: %d steps)\n", rpo(f), f->killed,
+	       WINDOW);
+	printf("RTO: %s s to read and verify the log and write the state, %s s to copy the KV "
+	       "in;\n", off, copy);
+	printf("     without moeft the program would start over: %lu steps to decode again, "
+	       "about\n     %.0f ms here (%.0fx the restore)\n", f->killed, redo_ms(d, f),
+	       isnan(speedup(d, f)) ? 0 : speedup(d, f));
+}
+
+static void print_json(const struct demo *d, const struct figures *f)
+{
+	char cmd[4096];
+	FILE *m = fmemopen(cmd, sizeof cmd, "w");
+	struct json j;
+
+	cmd[0] = '\0';
+	if (m) {
+		print_cmd(d, m);
+		fclose(m);
+	}
+	json_init(&j, stdout);
+	json_obj_begin(&j);
+	json_kv_str(&j, "status", "ok");
+	json_kv_str(&j, "result", f->equal ? "equal" : "differ");
+	json_kv_str(&j, "cmd", cmd);
+	json_kv_str(&j, "preload", d->lib);
+	json_kv_u64(&j, "steps", d->steps);
+	json_kv_u64(&j, "window_steps", WINDOW);
+	json_kv_double(&j, "reference_ms", f->full_ms);
+	json_kv_u64(&j, "killed_step", f->killed);
+	json_kv_u64(&j, "resume_step", f->resume);
+	json_kv_u64(&j, "rpo_steps", rpo(f));
+	json_kv_double(&j, "restore_offline_s", f->offline_s);
+	json_kv_double(&j, "restore_copy_s", f->copy_s);
+	json_kv_double(&j, "resumed_run_ms", f->rest_ms);
+	json_kv_double(&j, "redo_ms", redo_ms(d, f));
+	json_kv_double(&j, "restore_speedup", speedup(d, f));
+	json_kv_str(&j, "kept_dir", d->keep ? d->dir : NULL);
+	json_obj_end(&j);
+}
+
+/* ---- the command --------------------------------------------------------------- */
+
+static int demo_runs(struct demo *d)
+{
+	struct figures f = { .offline_s = NAN, .copy_s = NAN };
+	char what[PATH_MAX + 64];
+
+	if (!d->json) {
+		printf("moeft demo: ");
+		print_cmd(d, stdout);
+		printf(", %lu decode steps\n", d->steps);
+		fflush(stdout);
+	}
+	snprintf(what, sizeof what, "uninterrupted, without the preload, %s", d->serve);
+	if (run(d, d->cmdv, d->env_plain, "want", "want.err", what, &f.full_ms) < 0)
+		return EXIT_USAGE;
+	if (!d->json)
+		printf("  uninterrupted run, no preload:           %.0f ms\n", f.full_ms);
+	fflush(stdout);
+	if (crash(d, &f) < 0)
+		return EXIT_BAD;
+	if (!d->json)
+		printf("  run under the preload, SIGKILL at step:  %lu\n", f.killed);
+	fflush(stdout);
+	if (run(d, d->restorev, d->env_plain, "got", "restore.err", "moeft restore",
+		&f.rest_ms) < 0)
+		return EXIT_BAD;
+	restore_figures(d, &f);
+	f.equal = same_output(d, "want", "got");
+	d->keep = !f.equal;
+	if (d->json)
+		print_json(d, &f);
+	else
+		print_text(d, &f);
+	return f.equal ? EXIT_OK : EXIT_BAD;
+}
+
+static int demo(const struct cli_command *cmd, int argc, char **argv)
+{
+	struct demo *d = calloc(1, sizeof *d);
+	/* The default CMD, d->serve: a model big enough to show the RTO. */
+	char *def[] = { NULL, "--mode=graph", "--seqs=32", "--layers=8" };
+	int ncmd, ret;
+
+	if (!d)
+		return cli_fail(cmd, 0, EXIT_USAGE, "out of memory");
+	d->cmd = cmd;
+	d->steps = DEFAULT_STEPS;
+	if ((ncmd = parse(d, argc, argv, &ret)) < 0) {
+		free(d);
+		return ret;
+	}
+	snprintf(d->dir, sizeof d->dir, "/dev/shm/moeft-demo.XXXXXX");
+	if (!mkdtemp(d->dir)) {
+		ret = cli_fail(cmd, d->json, EXIT_USAGE, "cannot make a directory in /dev/shm: %s",
+			       strerror(errno));
+		free(d);
+		return ret;
+	}
+	snprintf(d->journal, sizeof d->journal, "%s/journal", d->dir);
+	if (!d->wal[0])
+		snprintf(d->wal, sizeof d->wal, "%s/serve.wal", d->dir);
+	if (ncmd ? prepare(d, argv + argc - ncmd, (size_t)ncmd) :
+		   prepare(d, def, sizeof def / sizeof def[0]))
+		ret = cli_fail(cmd, d->json, EXIT_USAGE, "out of memory");
+	else
+		ret = demo_runs(d);
+	if (!d->keep)
+		cli_rm_tree(d->dir);
+	child_env_free(d->env_plain);
+	child_env_free(d->env_preload);
+	free(d->cmdv);
+	free(d->cmdj);
+	free(d->restorev);
+	free(d);
 	return ret;
 }
 
 const struct cli_command cmd_demo = {
 	.name = "demo",
-	.summary = "simulate an MoE server killed mid-window; recover and check its log",
+	.summary = "crash a serving program under the preload, restore it, report",
+	.run = demo,
 	.usage =
-	"Usage: moeft demo [--wal PATH] [--windows N] [--no-crash] [--json]\n"
+	"Usage: moeft demo [--preload LIB] [--steps N] [--wal PATH] [--json]\n"
+	"                  [-- CMD [ARGS...]]\n"
 	"\n"
-	"Format a fresh 64 MiB log and fork a simulated serving process (16 layers,\n"
-	"64 experts, top-8 routing, 32 sequences, a window every 16 decode steps)\n"
-	"that logs its allocations, the routing of every layer and step and its\n"
-	"filled KV blocks.  Unless --no-crash, it SIGKILLs itself halfway through\n"
-	"window N*2/3.  The log is then recovered and checked: it must hold exactly\n"
-	"the windows the writer saw commit, all intact.\n"
+	"moeft's main job, shown on a serving program.  CMD decodes N steps\n"
+	"uninterrupted without the preload (the reference); then again under\n"
+	"LD_PRELOAD=LIB, writing its log, until a SIGKILL once 60% of the steps\n"
+	"are done; then 'moeft restore --wal LOG --preload LIB -- CMD ...' (this\n"
+	"moeft) restores the last committed window and CMD finishes from there.\n"
+	"The report: whether the restored run's output equals the reference's\n"
+	"(RESULT), the steps lost (RPO: steps done before the kill less the step\n"
+	"resumed at; the window is 16 steps), and the restore's time (RTO) against\n"
+	"decoding those steps again.\n"
 	"\n"
-	"  -w, --wal PATH     the log (default /dev/shm/moeft-USER-demo.wal); an\n"
-	"                     existing file must be empty or a moeft log\n"
-	"  -n, --windows N    windows to commit, 1 to 128 (default 64)\n"
-	"  -c, --no-crash     let the writer finish and exit normally\n"
-	"  -j, --json         print one JSON object instead of text\n"
+	"CMD runs as 'CMD [ARGS...] --steps=N [--journal=PATH]'.  It must print on\n"
+	"stdout the same bytes when restored as when uninterrupted, append a line\n"
+	"'step T ...' to PATH as each step completes, and, when\n"
+	"MOEFT_RESTORE_MANIFEST names moeft restore's manifest, resume at its\n"
+	"resume_step with the tokens before it from the journal (demo/README.md).\n"
+	"The default is the demo serving program, 'moeft-serve --mode=graph\n"
+	"--seqs=32 --layers=8', installed beside moeft (LIBEXECDIR/moeft; in a\n"
+	"build tree, BUILD/demo); it needs a GPU.  CMD runs with the caller's\n"
+	"environment less LD_PRELOAD and MOEFT_* (LD_LIBRARY_PATH stays).\n"
+	"\n"
+	"  -p, --preload LIB  libmoeft.so (default: the one installed beside moeft;\n"
+	"                     in a build tree, BUILD/preload/libmoeft.so)\n"
+	"  -s, --steps N      decode steps, 32 to 1000000 (default 600)\n"
+	"  -w, --wal PATH     the log: a new file (or an old moeft log, replaced),\n"
+	"                     kept afterwards with its KV store and PATH.restore/\n"
+	"                     (default: in a temporary directory in /dev/shm)\n"
+	"  -j, --json         print one JSON object instead of the report\n"
 	"  -h, --help         show this help\n"
 	"\n"
-	"Exit status: 0 the recovered log is exactly what was committed, 1 it is\n"
-	"not (or the writer failed), 2 usage or I/O error.\n",
-	.run = demo,
+	"Exit status: 0 the restored run's output equals the reference's, 1 it\n"
+	"differs or a run under the preload failed, 2 usage or environment error\n"
+	"(CMD failing without the preload included).\n",
 };

@@ -1,11 +1,14 @@
 /*
- * launch.c - starting the command moeft restore brings back (launch.h).
+ * launch.c - the programs moeft starts (launch.h): where its companions
+ * are, and starting the command moeft restore brings back.
  *
- * The command replaces moeft (exec), so it keeps the process id a
+ * That command replaces moeft (exec), so it keeps the process id a
  * supervisor started, its signals and its exit status.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,29 +16,109 @@
 
 #include "launch.h"
 
-int launch_find_preload(char *out, size_t len)
+/* See launch.h; build_rel is relative to BUILD, installed absolute. */
+static int find(char *out, size_t len, const char *build_rel, const char *installed)
 {
-	static const char *const beside[] = {
-		"../preload/libmoeft.so",              /* the build tree */
-		"../lib/libmoeft.so",                  /* installed */
-		"../lib/x86_64-linux-gnu/libmoeft.so",
-		"../lib64/libmoeft.so",
-	};
 	char exe[PATH_MAX], *slash;
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-	size_t i;
+	int w;
 
+	out[0] = '\0';
 	if (n <= 0)
 		return -1;
 	exe[n] = '\0';
-	if (!(slash = strrchr(exe, '/')))
+	/* BUILD/tools/moeft -> BUILD/ */
+	for (int up = 0; up < 2; up++) {
+		if (!(slash = strrchr(exe, '/')))
+			return -1;
+		*slash = '\0';
+	}
+	w = snprintf(out, len, "%s/build.ninja", exe);
+	if (w > 0 && (size_t)w < len && access(out, F_OK) == 0)
+		w = snprintf(out, len, "%s/%s", exe, build_rel);
+	else
+		w = snprintf(out, len, "%s", installed);
+	if (w <= 0 || (size_t)w >= len) {
+		out[0] = '\0';
 		return -1;
-	slash[1] = '\0';
-	for (i = 0; i < sizeof beside / sizeof beside[0]; i++)
-		if (snprintf(out, len, "%s%s", exe, beside[i]) < (int)len &&
-		    access(out, R_OK) == 0)
-			return 0;
-	return -1;
+	}
+	return access(out, F_OK) == 0 ? 0 : -1;
+}
+
+int launch_find_preload(char *out, size_t len)
+{
+	return find(out, len, "preload/libmoeft.so", MOEFT_INSTALLED_PRELOAD);
+}
+
+int launch_find_serve(char *out, size_t len)
+{
+	return find(out, len, "demo/moeft-serve", MOEFT_INSTALLED_SERVE);
+}
+
+/* The ELF header of path into *h: 0, or -1 with errno (EINVAL: not ELF). */
+static int elf_header(const char *path, ElfW(Ehdr) *h)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, h, sizeof *h);
+	close(fd);
+	if (n < 0)
+		return -1;
+	if (n != sizeof *h || memcmp(h->e_ident, ELFMAG, SELFMAG)) {
+		errno = EINVAL;
+		return -1;
+	}
+	return 0;
+}
+
+/* Whether the ELF file path (header h) is a program built as PIE: an
+ * ET_DYN that ld.so refuses to load as a library.  Read errors say no. */
+static int pie(const char *path, const ElfW(Ehdr) *h)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), found = 0;
+	ElfW(Phdr) ph;
+	ElfW(Dyn) dyn;
+
+	for (unsigned i = 0; fd >= 0 && i < h->e_phnum && !found; i++) {
+		off_t at = (off_t)(h->e_phoff + (ElfW(Off))i * h->e_phentsize);
+
+		if (pread(fd, &ph, sizeof ph, at) != sizeof ph || ph.p_type != PT_DYNAMIC)
+			continue;
+		for (ElfW(Off) o = 0; o + sizeof dyn <= ph.p_filesz; o += sizeof dyn) {
+			if (pread(fd, &dyn, sizeof dyn, (off_t)(ph.p_offset + o)) != sizeof dyn ||
+			    dyn.d_tag == DT_NULL)
+				break;
+			if (dyn.d_tag == DT_FLAGS_1 && (dyn.d_un.d_val & DF_1_PIE))
+				found = 1;
+		}
+	}
+	if (fd >= 0)
+		close(fd);
+	return found;
+}
+
+int launch_check_lib(const char *path, char *msg, size_t len)
+{
+	ElfW(Ehdr) lib, self;
+
+	if (elf_header(path, &lib) < 0) {
+		snprintf(msg, len, "%s: %s", path, errno == EINVAL ? "not an ELF file" :
+			 strerror(errno));
+		return -1;
+	}
+	if (lib.e_type != ET_DYN || pie(path, &lib)) {
+		snprintf(msg, len, "%s: not a shared library", path);
+		return -1;
+	}
+	if (elf_header("/proc/self/exe", &self) == 0 &&
+	    (lib.e_ident[EI_CLASS] != self.e_ident[EI_CLASS] || lib.e_machine != self.e_machine)) {
+		snprintf(msg, len, "%s: a library for another machine", path);
+		return -1;
+	}
+	return 0;
 }
 
 int launch_exec(char **cmd, const char *preload, const char *wal, const char *plan,

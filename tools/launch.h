@@ -1,15 +1,32 @@
 /*
- * launch.h - starting the command `moeft restore -- CMD` brings back:
- * under the preload, on the same log, in restore mode or fresh.
+ * launch.h - the programs moeft starts: where its companions are (the
+ * preload, the demo serving program), and starting the command `moeft
+ * restore -- CMD` brings back: under the preload, on the same log, in
+ * restore mode or fresh.
  */
 #ifndef MOEFT_LAUNCH_H
 #define MOEFT_LAUNCH_H
 
 #include <stddef.h>
 
-/* libmoeft.so beside this moeft (the build tree's shim/, or the installed
- * lib directory): 0 with the path in out, or -1. */
+/*
+ * A companion of this moeft.  A moeft in a meson build tree
+ * (BUILD/tools/moeft, with BUILD/build.ninja) takes the tree's: BUILD/shim/
+ * libmoeft.so, BUILD/demo/moeft-serve; any other moeft the installed ones,
+ * at the paths meson configured: LIBDIR/libmoeft.so, LIBEXECDIR/moeft/
+ * moeft-serve.  0 with the path in out when the file is there, else -1
+ * with the path looked at in out ("" when even that is unknown).
+ */
 int launch_find_preload(char *out, size_t len);
+int launch_find_serve(char *out, size_t len);
+
+/*
+ * Whether path is a library the programs moeft starts can preload: an
+ * ELF shared object of moeft's own class and machine (read from its
+ * header: loading it here would start the preload in moeft).  0, or -1
+ * with "PATH: why" in msg.
+ */
+int launch_check_lib(const char *path, char *msg, size_t len);
 
 /*
  * Replace this process by cmd[0] with cmd as its arguments (searched in

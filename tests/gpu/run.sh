@@ -14,8 +14,8 @@
 #              journal against the reference's
 #   kernels    test_kernels_gpu: moeft's kernels, from the image the preload
 #              loads, against their host references on fresh random inputs
-#   serve      tests/restore/kill.sh with build-gpu's serve_cuda
-#   sanitizer  compute-sanitizer memcheck on serve_cuda under the preload
+#   serve      tests/restore/kill.sh with build-gpu's moeft-serve
+#   sanitizer  compute-sanitizer memcheck on moeft-serve under the preload
 #   bench      tests/gpu/bench.py: the figures table
 #   all        the five, in that order
 #   build      nothing but the build (every part builds first)
@@ -49,7 +49,7 @@ trap 'rm -rf "$work" /dev/shm/moeft-gpu-*.wal*' EXIT
 mkdir -p "$logdir"
 export PYTHONDONTWRITEBYTECODE=1	# no __pycache__ in the working tree
 gen=tests/gpu/moe_generate.py
-moeft=$build/tools/moeft lib=$build/preload/libmoeft.so serve=$build/tests/serve/serve_cuda
+moeft=$build/tools/moeft lib=$build/preload/libmoeft.so serve=$build/demo/moeft-serve
 steps=${GPU_STEPS:-96}
 window=16
 # Kills land after two windows and before the last steps.
@@ -82,7 +82,7 @@ build_moeft() {
 	export PATH
 	{
 		[[ -f $build/build.ninja ]] || meson setup "$build" -Dcuda=enabled
-		ninja -C "$build" tools/moeft preload/libmoeft.so tests/serve/serve_cuda \
+		ninja -C "$build" tools/moeft preload/libmoeft.so demo/moeft-serve \
 			tests/gpu/test_kernels_gpu
 	} >"$logdir/build.log" 2>&1 || { tail -30 "$logdir/build.log"; exit 1; }
 	{
@@ -252,7 +252,7 @@ kernels() {
 	say "$(head -1 "$work/kernels.out" | sed 's/^test_kernels_gpu: //'): $(tail -1 "$work/kernels.out")"
 }
 
-# ---- serve_cuda --------------------------------------------------------------
+# ---- moeft-serve --------------------------------------------------------------
 
 serve_kills() {
 	MOEFT_RESTORE_KILLS=${GPU_KILLS:-20} bash tests/restore/kill.sh "$moeft" "$lib" "$serve" |
@@ -291,10 +291,10 @@ for p in "${parts[@]}"; do
 	build) ;;
 	checks) part_checks ;;
 	kernels) check kernels "test_kernels_gpu" kernels ;;
-	serve) check serve "tests/restore/kill.sh, serve_cuda" serve_kills ;;
+	serve) check serve "tests/restore/kill.sh, moeft-serve" serve_kills ;;
 	sanitizer)
-		check sanitizer "memcheck, serve_cuda eager" sanitize eager
-		check sanitizer "memcheck, serve_cuda graph" sanitize graph ;;
+		check sanitizer "memcheck, moeft-serve eager" sanitize eager
+		check sanitizer "memcheck, moeft-serve graph" sanitize graph ;;
 	bench) check bench "bench.py" bench ;;
 	esac
 done

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""serve_truth.py - the test serving program's --truth (tests/serve/serve.c's
+"""serve_truth.py - the test serving program's --truth (demo/serve.c's
 header comment) rewritten as moe_generate.py's truth (formats.py), so that
 check_routing.py can be run on serve's logs on the CPU fixture.
 

@@ -5,7 +5,7 @@
 #
 # Usage: check.sh CHECK SERVE            CHECK: modes, threads, kv-layout,
 #                                        determinism, shapes, usage, resume
-#        check.sh names PTX HOST_C KERNELS_H SERVE_CUDA
+#        check.sh names PTX HOST_C KERNELS_H MOEFT_SERVE
 set -eu
 
 check=$1
@@ -249,7 +249,7 @@ names)
 	# The fixture build registers its kernels under names of its own
 	# writing; they must be the ones nvcc gives the CUDA build's kernels,
 	# or the vllm profile would match one build and not the other.
-	ptx=$2 host_c=$3 kernels_h=$4 serve_cuda=$5
+	ptx=$2 host_c=$3 kernels_h=$4 moeft_serve=$5
 	sed -n 's/^\.visible \.entry \([A-Za-z0-9_]*\)(.*/\1/p' "$ptx" | sort >"$dir/device"
 	{
 		sed -n 's/^FIXTURE_KERNEL([a-z_]*, "\([A-Za-z0-9_]*\)".*/\1/p' "$host_c"
@@ -258,8 +258,8 @@ names)
 	[ -s "$dir/device" ] || fail "no kernels in $ptx"
 	diff "$dir/device" "$dir/host" >&2 || fail "device and fixture kernel names differ"
 	# The preload interposes libcudart: a static one would hide every call.
-	nm -D "$serve_cuda" | grep -q ' U cudaLaunchKernel' ||
-		fail "$serve_cuda does not link libcudart dynamically"
+	nm -D "$moeft_serve" | grep -q ' U cudaLaunchKernel' ||
+		fail "$moeft_serve does not link libcudart dynamically"
 	;;
 *)
 	fail "unknown check"

@@ -1,6 +1,6 @@
 /*
- * serve_kernels_host.c - the test serving program's kernels for the CPU
- * fixture.
+ * serve_kernels_host.c - the demo serving program's kernels
+ * (demo/serve_kernels.h) for the CPU fixture: the tests' serve.
  *
  * Each is a host function registered under the device name the CUDA build
  * gives the same kernel (serve_kernels.h); it runs every item of

@@ -1,11 +1,12 @@
 /*
- * serve.c - the test serving program: a small MoE engine that launches
- * what vLLM launches, for moeft's tests.
+ * serve.c - the demo serving program: a small MoE engine that launches
+ * what vLLM launches; moeft demo's default command (moeft-serve) and the
+ * serving program of moeft's tests.
  *
  * It uses the CUDA runtime API only, plus one driver entry point found the
  * way Triton finds it, so one source runs on the CPU fixture (kernels in
- * serve_kernels_host.c) and on a GPU (serve_kernels.cu).  The kernels and
- * their parameters: serve_kernels.h.
+ * tests/serve/serve_kernels_host.c) and on a GPU (serve_kernels.cu).  The
+ * kernels and their parameters: serve_kernels.h.
  *
  * The model.  S sequences join and leave at scripted steps: sequence i
  * joins at step 3iN/4S, runs N/4 + (23i mod (N/2 + 1)) steps (at least

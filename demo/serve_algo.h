@@ -1,10 +1,10 @@
 /*
- * serve_algo.h - the test serving program's arithmetic, one text for two
+ * serve_algo.h - the demo serving program's arithmetic, one text for two
  * compilers.
  *
  * Each function computes one work item (one row, or one row and hidden
- * unit) of a kernel; serve_kernels_host.c loops over the items on the CPU
- * fixture, serve_kernels.cu gives each item a GPU thread.  Items of one
+ * unit) of a kernel; tests/serve/serve_kernels_host.c loops over the
+ * items on the CPU fixture, serve_kernels.cu gives each item a GPU thread.  Items of one
  * launch never read what another item writes, so the order they run in
  * cannot change a result.
  *

@@ -1,5 +1,5 @@
 /*
- * serve_kernels.cu - the test serving program's kernels for a real GPU.
+ * serve_kernels.cu - the demo serving program's kernels for a real GPU.
  *
  * Each kernel maps the items of serve_algo.h onto threads; the parameters
  * and launch shapes are serve_kernels.h's.  The two vLLM stand-ins are

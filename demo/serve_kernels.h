@@ -1,11 +1,11 @@
 /*
- * serve_kernels.h - the test serving program's kernels: names, parameters,
+ * serve_kernels.h - the demo serving program's kernels: names, parameters,
  * launch shapes, and the handle serve.c launches each one by.
  *
  * Two implementations compute the same items of serve_algo.h:
- * serve_kernels_host.c as CPU fixture kernels (host functions registered
- * under the device names below), serve_kernels.cu as CUDA kernels for
- * sm_90.  serve_kernel_fn() returns what cudaLaunchKernel and
+ * tests/serve/serve_kernels_host.c as CPU fixture kernels (host functions
+ * registered under the device names below), serve_kernels.cu as CUDA
+ * kernels for sm_90.  serve_kernel_fn() returns what cudaLaunchKernel and
  * cudaGetFuncBySymbol take: the registered host function on the fixture,
  * nvcc's host stub on a GPU.
  *
