@@ -241,6 +241,42 @@ static void show_file(const struct demo *d, const char *name)
 }
 
 /*
+ * An interrupt (Ctrl-C, SIGTERM, SIGHUP) kills the child that runs, the
+ * demo stops after it and removes its directory, and then the signal ends
+ * moeft as it would have: nothing is left behind in /dev/shm.
+ */
+static volatile sig_atomic_t interrupted;
+static volatile pid_t running;
+
+static void on_interrupt(int sig)
+{
+	interrupted = sig;
+	if (running > 0)
+		kill(running, SIGKILL);
+}
+
+static void catch_interrupts(void)
+{
+	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
+	struct sigaction sa = { .sa_handler = on_interrupt };
+
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+		sigaction(sigs[i], &sa, NULL);
+}
+
+/* After the directory is gone: end by the signal that interrupted. */
+static void end_if_interrupted(void)
+{
+	int sig = interrupted;
+
+	if (!sig)
+		return;
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+/*
  * Run argv to its end with env, stdout and stderr into the files out and
  * err of the demo's directory; its wall time into *ms.  0 when it exited
  * 0, else -1 after saying how `what` (the run, named) ended, with its
@@ -254,13 +290,18 @@ static int run(struct demo *d, char **argv, char **env, const char *out, const c
 	char how[64];
 	pid_t pid;
 
-	if (ofd >= 0 && efd >= 0 && !(e = child_spawn(&pid, argv, env, ofd, efd)))
+	if (ofd >= 0 && efd >= 0 && !(e = child_spawn(&pid, argv, env, ofd, efd))) {
+		running = pid;
 		status = child_wait(pid);
+		running = 0;
+	}
 	*ms = ms_now() - t;
 	if (ofd >= 0)
 		close(ofd);
 	if (efd >= 0)
 		close(efd);
+	if (interrupted)
+		return -1;
 	if (e) {
 		cli_fail(d->cmd, d->json, 0, "cannot run %s: %s", argv[0], strerror(e));
 		return -1;
@@ -313,6 +354,7 @@ static int crash(struct demo *d, struct figures *f)
 	pid_t pid;
 
 	if (efd >= 0 && !(e = child_spawn(&pid, d->cmdj, d->env_preload, -1, efd))) {
+		running = pid;
 		/* the journal appears once CMD opens it */
 		while (waitpid(pid, &status, WNOHANG) == 0) {
 			if (j.fd < 0)
@@ -326,6 +368,7 @@ static int crash(struct demo *d, struct figures *f)
 			}
 			usleep(POLL_US);
 		}
+		running = 0;
 	}
 	if (efd >= 0)
 		close(efd);
@@ -334,6 +377,8 @@ static int crash(struct demo *d, struct figures *f)
 		close(j.fd);
 	}
 	f->killed = j.steps;
+	if (interrupted)
+		return -1;
 	if (e) {
 		cli_fail(d->cmd, d->json, 0, "cannot run %s: %s", d->cmdj[0], strerror(e));
 		return -1;
@@ -543,6 +588,7 @@ static int demo(const struct cli_command *cmd, int argc, char **argv)
 		free(d);
 		return ret;
 	}
+	catch_interrupts();
 	snprintf(d->dir, sizeof d->dir, "/dev/shm/moeft-demo.XXXXXX");
 	if (!mkdtemp(d->dir)) {
 		ret = cli_fail(cmd, d->json, EXIT_USAGE, "cannot make a directory in /dev/shm: %s",
@@ -566,6 +612,7 @@ static int demo(const struct cli_command *cmd, int argc, char **argv)
 	free(d->cmdj);
 	free(d->restorev);
 	free(d);
+	end_if_interrupted();
 	return ret;
 }
 

@@ -5,6 +5,9 @@
 #   differ  a command whose output changes: RESULT DIFFERS, exit 1, the
 #           outputs kept; a command that ends before the kill; one that fails
 #   usage   every option and argument error: its exact message, exit 2
+#   interrupt  SIGTERM to moeft alone mid-run: its child is killed, its
+#           directory removed, and it ends by SIGTERM (a shell ignores
+#           SIGINT in its background jobs, so that one is not sent)
 #
 # Usage: check.sh CHECK MOEFT LIBMOEFT SERVE CHANGING
 set -u
@@ -150,6 +153,30 @@ overwrite it" \
 	*) fail "no default command: exit $rc, '$line'" ;;
 	esac
 	"$moeft" demo --help | grep -q -- '-- CMD \[ARGS...\]' || fail "--help shows no usage"
+	;;
+interrupt)
+	# A run long enough to be interrupted in its first phase.
+	# shellcheck disable=SC2086
+	"$moeft" demo --preload "$lib" --steps 1000000 -- "$serve" $model >"$dir/out" \
+		2>"$dir/err" &
+	pid=$!
+	child="" run=""
+	for _ in $(seq 500); do
+		child=$(pgrep -P "$pid" | head -n 1)
+		# the child's stdout is DIR/want: the demo's directory
+		[ -n "$child" ] && run=$(readlink "/proc/$child/fd/1") && [ -n "$run" ] && break
+		sleep 0.02
+	done
+	run=${run%/want}
+	[ -d "$run" ] || fail "no child with its output in the demo's directory ('$run')"
+	kill -TERM "$pid"
+	wait "$pid"
+	rc=$?
+	[ "$rc" = 143 ] ||
+		fail "exit $rc after SIGTERM, want 143 (ended by SIGTERM): $(cat "$dir/err")"
+	[ ! -e "$run" ] || fail "$run left behind"
+	! kill -0 "$child" 2>/dev/null || fail "child $child still runs"
+	[ ! -s "$dir/err" ] || fail "messages on stderr: $(cat "$dir/err")"
 	;;
 *)
 	fail "unknown check"
