@@ -9,8 +9,9 @@
  *
  * What comes next here (the engine issues): open a window, record a
  * request's tokens and block ids, store KV chunks the preload cannot see,
- * query the restore index.  Every function is thread-safe and never fails
- * the caller's process: a failure is a return value.
+ * query the restore index.  Every function is thread-safe; a failure is a
+ * return value (moeft_instrumenting says when the preload's start ends a
+ * process).
  */
 #ifndef MOEFT_H
 #define MOEFT_H
@@ -31,11 +32,16 @@ MOEFT_API int moeft_api_version(void);
 MOEFT_API const char *moeft_version(void);
 
 /*
- * 1 when this process's CUDA work is logged (MOEFT_WAL and the rest of the
- * configuration were good and the log opened), 0 when not (MOEFT_DISABLE,
- * a bad variable, a log that cannot be opened: the reason was logged once;
- * or a child of fork(), which never writes its parent's log).  The first
- * call starts the preload if no CUDA call has yet, as that call would.
+ * 1 when this process's CUDA work is logged: libmoeft.so interposes its
+ * CUDA calls (it came in by LD_PRELOAD; a library opened with dlopen sees
+ * none of them), and the configuration was good and the log opened.  0
+ * when not: dlopen'ed, MOEFT_DISABLE, a bad variable or a log that cannot
+ * be opened (the reason was logged once), or a child of fork(), which
+ * never writes its parent's log.  The first call starts the preload if no
+ * CUDA call has yet, exactly as that call would; so, as that call would,
+ * it ends the process where the configuration says so: MOEFT_STRICT and a
+ * start that failed (status 1), restore mode and a state that cannot be
+ * taken (status 3).
  */
 MOEFT_API int moeft_instrumenting(void);
 

@@ -19,11 +19,21 @@ static struct {
 	atomic_bool said_table, said_append, said_commit;
 } al = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-int allocs_init(struct wal *w, unsigned max)
+int allocs_init(unsigned max)
 {
-	al.wal = w;
 	al.at = at_create(max);
 	return al.at ? 0 : -1;
+}
+
+void allocs_log_to(struct wal *w)
+{
+	al.wal = w;
+}
+
+void allocs_fini(void)
+{
+	at_destroy(al.at);
+	al.at = NULL;
 }
 
 pthread_mutex_t *allocs_lock(void)

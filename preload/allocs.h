@@ -23,8 +23,12 @@
 
 struct wal;
 
-/* Room for max live allocations, logged to w: 0, or -1 without memory. */
-int allocs_init(struct wal *w, unsigned max);
+/* Room for max live allocations: 0, or -1 without memory.  Nothing is
+ * logged before allocs_log_to names the log. */
+int allocs_init(unsigned max);
+void allocs_log_to(struct wal *w);
+/* Drop the table (a start that failed). */
+void allocs_fini(void);
 
 /* Events (shim.h): each returns 0 with *a the allocation concerned, or -1
  * when nothing was recorded (a failure is reported once). */

@@ -16,5 +16,5 @@ const char *moeft_version(void)
 
 int moeft_instrumenting(void)
 {
-	return shim_events_on();
+	return shim_interposing() && shim_events_on();
 }

@@ -45,6 +45,12 @@ int dispatch_init(const struct profile *prof, int kv_selectors)
 	return dp.hits ? 0 : -1;
 }
 
+void dispatch_fini(void)
+{
+	free(dp.hits);
+	dp.hits = NULL;
+}
+
 static void ev_alloc(unsigned api, uint64_t base, uint64_t size, uint64_t fingerprint)
 {
 	struct alloc_info a;
@@ -72,13 +78,13 @@ static int ev_claim(const char *name, int params_known)
 	if (rule < 0)
 		return -1;
 	profile_rule_label(dp.prof, rule, label, sizeof label);
-	msg_log(WAL_LOG_DEBUG, "kernel %s: rule %s", name, label);
 	/* Without sizes a rule could read past a parameter: never. */
 	if (!params_known) {
 		msg_log(WAL_LOG_WARN, "rule %s owns kernel %s, but the driver does not report its "
 			"parameter sizes; it is not evaluated", label, name);
 		return -1;
 	}
+	msg_log(WAL_LOG_DEBUG, "kernel %s: rule %s", name, label);
 	return rule;
 }
 
@@ -137,7 +143,7 @@ static void ev_capture(int begin)
 				  memory_order_relaxed);
 }
 
-static const struct shim_events events = {
+const struct shim_events shim_events_above = {
 	.start = preload_start,
 	.callsite = fingerprint_callsite,
 	.alloc = ev_alloc,
@@ -152,11 +158,6 @@ static const struct shim_events events = {
 	.sync = capture_sync,
 	.log = msg_line,
 };
-
-__attribute__((constructor)) static void register_events(void)
-{
-	shim_register(&events);
-}
 
 #define LD(x) atomic_load_explicit(&(x), memory_order_relaxed)
 

@@ -28,7 +28,10 @@ static struct {
 	int init_seen;             /* the initialiser came */
 	void *restored;            /* the copies' event once enqueued */
 	struct timespec t0;
-	int reported;
+	/* restored, published for the consumer's report without the lock,
+	 * which a copy-in holds for as long as the driver takes */
+	_Atomic(void *) done;
+	int reported;              /* the consumer's */
 } rm = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 void resume_refuse(const char *fmt, ...)
@@ -111,6 +114,7 @@ static void copy_in(void *stream)
 	}
 	if ((r = shim_dev_event(&rm.restored)) || (r = shim_dev_record(rm.restored, stream)))
 		resume_refuse("cannot record the copies' event (CUresult %d)", r);
+	atomic_store_explicit(&rm.done, rm.restored, memory_order_release);
 	atomic_store_explicit(&rm.watching, 0, memory_order_relaxed);
 	shim_watch_launches(0);
 	msg_log(WAL_LOG_INFO, "restore: %u KV pools, %" PRIu64 " bytes of window %" PRIu64
@@ -165,18 +169,15 @@ void resume_check_kv_pool(const struct alloc_info *a)
 
 void resume_report(void)
 {
+	void *done = atomic_load_explicit(&rm.done, memory_order_acquire);
 	struct timespec t;
 	uint64_t bytes = 0;
 	double s;
 	unsigned i;
 
-	pthread_mutex_lock(&rm.lock);
-	if (rm.reported || !rm.restored || shim_dev_query(rm.restored) != 0) {
-		pthread_mutex_unlock(&rm.lock);
+	if (rm.reported || !done || shim_dev_query(done) != 0)
 		return;
-	}
 	rm.reported = 1;
-	pthread_mutex_unlock(&rm.lock);
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	s = (double)(t.tv_sec - rm.t0.tv_sec) + (double)(t.tv_nsec - rm.t0.tv_nsec) / 1e9;
 	for (i = 0; i < rm.plan.npools; i++)

@@ -19,7 +19,7 @@
  * thread, reaching the mark, copies the staging area into the KV store and
  * commits the window (window.h), then clears the busy flag; a host wait
  * that returns once the snapshot is done delivers the mark itself unless
- * MOEFT_COMMIT=async (capture.c, capture_sync).  A boundary
+ * MOEFT_COMMIT=async (capturing.c, capture_sync).  A boundary
  * that finds the staging area still busy is skipped: the open window grows
  * by another MOEFT_WINDOW steps.
  *

@@ -96,6 +96,13 @@ static void open_kv_store(void)
 
 static void summary(void);
 
+static void drop_tables(void)
+{
+	dispatch_fini();
+	allocs_fini();
+	profile_free(&pl.prof);
+}
+
 int preload_start(void)
 {
 	struct capture_setup cs;
@@ -119,19 +126,22 @@ int preload_start(void)
 		give_up("MOEFT_PROFILE: %s", err);
 		return 0;
 	}
+	/* The tables before the log: a failure before it leaves no file. */
+	if (dispatch_init(&pl.prof, pl.cfg.kv_count > 0) < 0 || allocs_init(AT_MAX) < 0) {
+		drop_tables();
+		give_up("out of memory for the allocation and kernel tables");
+		return 0;
+	}
 	wal_options_init(&opt);
 	opt.size = pl.cfg.wal_size;
 	opt.numa_node = pl.cfg.numa_node;
 	opt.flags = WAL_OPEN_CREATE;
 	if (wal_open(pl.cfg.wal_path, &opt, &pl.wal, &werr) < 0) {
-		profile_free(&pl.prof);
+		drop_tables();
 		give_up("cannot open the log: %s", werr.msg);
 		return 0;
 	}
-	if (dispatch_init(&pl.prof, pl.cfg.kv_count > 0) < 0 || allocs_init(pl.wal, AT_MAX) < 0) {
-		give_up("out of memory for the allocation and kernel tables");
-		return 0;
-	}
+	allocs_log_to(pl.wal);
 	open_kv_store();
 	pools_init(pl.kvs, pl.cfg.kv, pl.cfg.kv_count);
 	cs = (struct capture_setup){ .wal = pl.wal, .kvs = pl.kvs, .window = pl.cfg.window,

@@ -1,8 +1,8 @@
 /*
- * events.c - the switch between the wrappers and the layer above: its
- * registered table, whether events are on, the launch counters, and the
- * shim's own messages.
+ * events.c - the switch between the wrappers and the layer above: whether
+ * events are on, the launch counters, and the shim's own messages.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -14,16 +14,9 @@
 #define KID_SLOTS_LOG2 16        /* 32768 distinct kernels */
 #define KID_MAX_MATCH 4096       /* kernels claimed by a rule */
 
-/* Written by a constructor, before the application runs a thread. */
-const struct shim_events *shim_ev;
 atomic_int shim_state;
 atomic_int shim_watch;
 struct kid_cache *shim_kids;
-
-void shim_register(const struct shim_events *ev)
-{
-	shim_ev = ev;
-}
 
 static void start_once(void)
 {
@@ -34,7 +27,7 @@ static void start_once(void)
 	if (!(shim_kids = kid_create(KID_SLOTS_LOG2, KID_MAX_MATCH)))
 		shim_log(SHIM_LOG_ERROR, "out of memory for the kernel table; running "
 			 "un-instrumented");
-	else if (!(on = shim_ev->start())) {
+	else if (!(on = shim_events_above.start())) {
 		kid_destroy(shim_kids);
 		shim_kids = NULL;
 	}
@@ -45,10 +38,23 @@ int shim_start(void)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-	if (!shim_ev)
+	if (!&shim_events_above)
 		return 0;
 	pthread_once(&once, start_once);
 	return atomic_load_explicit(&shim_state, memory_order_acquire) == SHIM_ON;
+}
+
+/* The program's handle searches the global scope only; RTLD_DEFAULT from
+ * here would search our own local scope too, and find us when dlopen'ed. */
+int shim_interposing(void)
+{
+	void *global = dlopen(NULL, RTLD_LAZY);
+	int ours = global && shim_real_dlsym(global, "cudaLaunchKernel") ==
+			     shim_wrapper(SHIM_cudaLaunchKernel);
+
+	if (global)
+		dlclose(global);
+	return ours;
 }
 
 int shim_events_on(void)
@@ -122,11 +128,9 @@ void shim_log(int level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof line, fmt, ap);
 	va_end(ap);
-	if (shim_ev) {
-		shim_ev->log(level, line);
-	} else {
-		/* Before the layer above registered: only errors come here. */
+	if (&shim_events_above)
+		shim_events_above.log(level, line);
+	else
 		dprintf(STDERR_FILENO, "moeft: %s\n", line);
-	}
 	errno = saved;
 }

@@ -115,7 +115,6 @@ enum { SHIM_UNSET = 0, SHIM_ON = 1, SHIM_OFF = 2 };
  * indirection. */
 #define SHIM_HIDDEN __attribute__((visibility("hidden")))
 
-extern const struct shim_events *shim_ev SHIM_HIDDEN;
 extern atomic_int shim_state SHIM_HIDDEN;
 extern atomic_int shim_watch SHIM_HIDDEN;
 /* The kernel decision cache; set before shim_state first becomes ON. */
@@ -130,8 +129,7 @@ void shim_count_launch_slow(void);
 
 /*
  * Whether events are on.  The first call asks the layer above (its start
- * event); a call before the layer above registered forwards untouched and
- * decides nothing.  0 after shim_events_off.
+ * event); without a layer above, never.  0 after shim_events_off.
  */
 static inline int shim_on(void)
 {
@@ -151,8 +149,8 @@ static inline void shim_count_launch(void)
 		shim_count_launch_slow();
 }
 
-/* One line "moeft: ..." through the layer above, or on stderr before it
- * registered. */
+/* One line "moeft: ..." through the layer above, or on stderr without
+ * one. */
 void shim_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* A kernel handle's first launch (first_launch.c): name it, ask the layer above

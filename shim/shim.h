@@ -8,7 +8,7 @@
  * profile and no policy.
  *
  * Upward it calls only through the table of struct shim_events that the
- * layer above registers at load (shim_register): at most one event per
+ * layer above defines (shim_events_above): at most one event per
  * application-level CUDA call (the reentrancy rule is in hooks.h), and
  * nothing at all for a launch of a kernel nobody claimed.  Downward, the
  * layer above calls the functions below.  No CUDA header: handles, streams
@@ -95,9 +95,18 @@ struct shim_events {
 	void (*log)(int level, const char *line);
 };
 
-/* Register the table (a constructor of the layer above); until then, and
- * without one, every call is forwarded untouched. */
-void shim_register(const struct shim_events *ev);
+/*
+ * The table, defined by the layer above (preload/dispatch.c) and bound when
+ * libmoeft.so is linked: there from the very first hooked call, even one
+ * made by another library's constructor before ours ran.  The shim names
+ * it and nothing else of the layer above; without it (the shim linked on
+ * its own) every call is forwarded untouched.
+ */
+extern const struct shim_events shim_events_above __attribute__((weak));
+
+/* 1 when this process's CUDA calls reach the shim's wrappers: libmoeft.so
+ * is in the global scope, as LD_PRELOAD puts it, not dlopen'ed locally. */
+int shim_interposing(void);
 
 /* Whether events are on, starting them (the layer above's start event) if
  * no hooked call has yet: 1 when on, 0 when off for good. */
@@ -132,8 +141,9 @@ int shim_dev_load(const void *const images[], unsigned nimages, const char *cons
 /* Launch fn (from shim_dev_load) with its one parameter *arg. */
 int shim_dev_launch(void *fn, unsigned blocks, unsigned threads, void *stream, void *arg);
 /* len bytes of pinned host memory mapped for every context: *host, and
- * *dev the device's address of the same bytes.  Allowed while the thread's
- * stream is being captured. */
+ * *dev the device's address of the same bytes.  The calling thread's
+ * stream capture mode is relaxed around the allocation (as CUDA's own
+ * libraries do), so it never invalidates a graph being captured. */
 int shim_dev_host_alloc(size_t len, void **host, uint64_t *dev);
 void shim_dev_host_free(void *host);
 int shim_dev_stream(void **stream);     /* non-blocking */

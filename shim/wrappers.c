@@ -1,6 +1,6 @@
 /*
  * wrappers.c - the exported CUDA entry points, generated from hooks.def,
- * and what each one reports through the registered events (shim.h).
+ * and what each one reports through the layer above's events (shim.h).
  *
  * Every wrapper has the same shape: find the real function (or fail the
  * call with the API's "not initialized" error), count one level of depth,
@@ -50,7 +50,7 @@ static void launch_rest(struct kid_match *m, int kind, const void *func, unsigne
 		.args = args, .stream = stream, .match = m,
 	};
 
-	launch_armed = shim_ev->launch(&l);
+	launch_armed = shim_events_above.launch(&l);
 }
 
 /* A launch, before and after the real one.  One of a kernel nobody claimed
@@ -73,7 +73,7 @@ static inline void launched(const struct shim_call *c, int kind, const void *fun
 	} else if (launch_armed) {
 		launch_armed = 0;
 		if (c->status == 0)
-			shim_ev->launched();
+			shim_events_above.launched();
 	}
 }
 
@@ -89,14 +89,14 @@ static void *ptsz(void *stream)
 static void ev_cudaMalloc(const struct shim_call *c, void **devPtr, size_t size)
 {
 	if (OK_AFTER(c))
-		shim_ev->alloc(SHIM_ALLOC_CUDA_MALLOC, addr(*devPtr), size, c->fingerprint);
+		shim_events_above.alloc(SHIM_ALLOC_CUDA_MALLOC, addr(*devPtr), size, c->fingerprint);
 }
 
 static void ev_cudaMallocAsync(const struct shim_call *c, void **devPtr, size_t size,
 			       cudaStream_t hStream)
 {
 	if (OK_AFTER(c))
-		shim_ev->alloc(SHIM_ALLOC_CUDA_MALLOC_ASYNC, addr(*devPtr), size, c->fingerprint);
+		shim_events_above.alloc(SHIM_ALLOC_CUDA_MALLOC_ASYNC, addr(*devPtr), size, c->fingerprint);
 }
 #define ev_cudaMallocAsync_ptsz ev_cudaMallocAsync
 
@@ -104,7 +104,7 @@ static void ev_cudaMallocFromPoolAsync(const struct shim_call *c, void **ptr, si
 				       cudaMemPool_t memPool, cudaStream_t stream)
 {
 	if (OK_AFTER(c))
-		shim_ev->alloc(SHIM_ALLOC_CUDA_MALLOC_FROM_POOL_ASYNC, addr(*ptr), size, c->fingerprint);
+		shim_events_above.alloc(SHIM_ALLOC_CUDA_MALLOC_FROM_POOL_ASYNC, addr(*ptr), size, c->fingerprint);
 }
 #define ev_cudaMallocFromPoolAsync_ptsz ev_cudaMallocFromPoolAsync
 
@@ -112,7 +112,7 @@ static void ev_cudaMallocManaged(const struct shim_call *c, void **devPtr, size_
 				 unsigned int flags)
 {
 	if (OK_AFTER(c))
-		shim_ev->alloc(SHIM_ALLOC_CUDA_MALLOC_MANAGED, addr(*devPtr), size, c->fingerprint);
+		shim_events_above.alloc(SHIM_ALLOC_CUDA_MALLOC_MANAGED, addr(*devPtr), size, c->fingerprint);
 }
 
 /* Frees are recorded before the real call: once it returns, another thread
@@ -120,13 +120,13 @@ static void ev_cudaMallocManaged(const struct shim_call *c, void **devPtr, size_
 static void ev_cudaFree(const struct shim_call *c, void *devPtr)
 {
 	if (c->phase == SHIM_PRE)
-		shim_ev->free(addr(devPtr));
+		shim_events_above.free(addr(devPtr));
 }
 
 static void ev_cudaFreeAsync(const struct shim_call *c, void *devPtr, cudaStream_t hStream)
 {
 	if (c->phase == SHIM_PRE)
-		shim_ev->free(addr(devPtr));
+		shim_events_above.free(addr(devPtr));
 }
 #define ev_cudaFreeAsync_ptsz ev_cudaFreeAsync
 
@@ -185,7 +185,7 @@ static void ev_cudaGraphLaunch(const struct shim_call *c, cudaGraphExec_t graphE
 			       cudaStream_t stream)
 {
 	if (c->phase == SHIM_PRE)
-		shim_ev->graph_launch(stream);
+		shim_events_above.graph_launch(stream);
 }
 
 static void ev_cudaGraphLaunch_ptsz(const struct shim_call *c, cudaGraphExec_t graphExec,
@@ -198,7 +198,7 @@ static void ev_cudaStreamBeginCapture(const struct shim_call *c, cudaStream_t st
 				      enum cudaStreamCaptureMode mode)
 {
 	if (OK_AFTER(c))
-		shim_ev->capture(1);
+		shim_events_above.capture(1);
 }
 #define ev_cudaStreamBeginCapture_ptsz ev_cudaStreamBeginCapture
 
@@ -206,7 +206,7 @@ static void ev_cudaStreamEndCapture(const struct shim_call *c, cudaStream_t stre
 				    cudaGraph_t *pGraph)
 {
 	if (OK_AFTER(c))
-		shim_ev->capture(0);
+		shim_events_above.capture(0);
 }
 #define ev_cudaStreamEndCapture_ptsz ev_cudaStreamEndCapture
 
@@ -214,46 +214,46 @@ static void ev_cudaStreamEndCapture(const struct shim_call *c, cudaStream_t stre
 static void ev_cudaStreamSynchronize(const struct shim_call *c, cudaStream_t stream)
 {
 	if (OK_AFTER(c))
-		shim_ev->sync();
+		shim_events_above.sync();
 }
 #define ev_cudaStreamSynchronize_ptsz ev_cudaStreamSynchronize
 
 static void ev_cudaEventSynchronize(const struct shim_call *c, cudaEvent_t event)
 {
 	if (OK_AFTER(c))
-		shim_ev->sync();
+		shim_events_above.sync();
 }
 
 static void ev_cuStreamSynchronize(const struct shim_call *c, CUstream hStream)
 {
 	if (OK_AFTER(c))
-		shim_ev->sync();
+		shim_events_above.sync();
 }
 #define ev_cuStreamSynchronize_ptsz ev_cuStreamSynchronize
 
 static void ev_cuEventSynchronize(const struct shim_call *c, CUevent hEvent)
 {
 	if (OK_AFTER(c))
-		shim_ev->sync();
+		shim_events_above.sync();
 }
 
 static void ev_cuMemAlloc_v2(const struct shim_call *c, CUdeviceptr *dptr, size_t bytesize)
 {
 	if (OK_AFTER(c))
-		shim_ev->alloc(SHIM_ALLOC_CU_MEM_ALLOC, *dptr, bytesize, c->fingerprint);
+		shim_events_above.alloc(SHIM_ALLOC_CU_MEM_ALLOC, *dptr, bytesize, c->fingerprint);
 }
 
 static void ev_cuMemFree_v2(const struct shim_call *c, CUdeviceptr dptr)
 {
 	if (c->phase == SHIM_PRE)
-		shim_ev->free(dptr);
+		shim_events_above.free(dptr);
 }
 
 static void ev_cuMemAllocAsync(const struct shim_call *c, CUdeviceptr *dptr, size_t bytesize,
 			       CUstream hStream)
 {
 	if (OK_AFTER(c))
-		shim_ev->alloc(SHIM_ALLOC_CU_MEM_ALLOC_ASYNC, *dptr, bytesize, c->fingerprint);
+		shim_events_above.alloc(SHIM_ALLOC_CU_MEM_ALLOC_ASYNC, *dptr, bytesize, c->fingerprint);
 }
 #define ev_cuMemAllocAsync_ptsz ev_cuMemAllocAsync
 
@@ -261,14 +261,14 @@ static void ev_cuMemAllocFromPoolAsync(const struct shim_call *c, CUdeviceptr *d
 				       size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
 	if (OK_AFTER(c))
-		shim_ev->alloc(SHIM_ALLOC_CU_MEM_ALLOC_FROM_POOL_ASYNC, *dptr, bytesize, c->fingerprint);
+		shim_events_above.alloc(SHIM_ALLOC_CU_MEM_ALLOC_FROM_POOL_ASYNC, *dptr, bytesize, c->fingerprint);
 }
 #define ev_cuMemAllocFromPoolAsync_ptsz ev_cuMemAllocFromPoolAsync
 
 static void ev_cuMemFreeAsync(const struct shim_call *c, CUdeviceptr dptr, CUstream hStream)
 {
 	if (c->phase == SHIM_PRE)
-		shim_ev->free(dptr);
+		shim_events_above.free(dptr);
 }
 #define ev_cuMemFreeAsync_ptsz ev_cuMemFreeAsync
 
@@ -276,13 +276,13 @@ static void ev_cuMemMap(const struct shim_call *c, CUdeviceptr ptr, size_t size,
 			CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
 	if (OK_AFTER(c))
-		shim_ev->map(ptr, size, handle, c->fingerprint);
+		shim_events_above.map(ptr, size, handle, c->fingerprint);
 }
 
 static void ev_cuMemUnmap(const struct shim_call *c, CUdeviceptr ptr, size_t size)
 {
 	if (c->phase == SHIM_PRE)
-		shim_ev->unmap(ptr, size);
+		shim_events_above.unmap(ptr, size);
 }
 
 static void ev_cuLaunchKernel(const struct shim_call *c, CUfunction f, unsigned int gridDimX,
@@ -330,7 +330,7 @@ static void ev_cuLaunchKernelEx_ptsz(const struct shim_call *c, const CUlaunchCo
 static void ev_cuGraphLaunch(const struct shim_call *c, CUgraphExec hGraphExec, CUstream hStream)
 {
 	if (c->phase == SHIM_PRE)
-		shim_ev->graph_launch(hStream);
+		shim_events_above.graph_launch(hStream);
 }
 
 static void ev_cuGraphLaunch_ptsz(const struct shim_call *c, CUgraphExec hGraphExec,
@@ -394,7 +394,7 @@ static void ev_cuGetProcAddress_v2(const struct shim_call *c, const char *symbol
 			c.phase = SHIM_POST;						\
 			c.status = (int)r;						\
 			if (kind == SHIM_ALLOC && r == 0)				\
-				c.fingerprint = shim_ev->callsite(1);		\
+				c.fingerprint = shim_events_above.callsite(1);		\
 			evcall(ev, &c, args);						\
 		}									\
 		shim_depth--;								\

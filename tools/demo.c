@@ -37,7 +37,7 @@
 #define MIN_STEPS 32		/* two windows: a kill at KILL_AT lands past one */
 #define KILL_AT 0.6		/* of the steps done when the journal shows it */
 #define WINDOW 16		/* MOEFT_WINDOW of the runs: the RPO's bound */
-#define POLL_US 1000		/* journal polling while waiting for the kill */
+#define POLL_US 1000		/* polling a child: its journal, an interrupt */
 #define ERR_MAX 65536		/* of the restore's messages, read for figures */
 
 struct demo {
@@ -243,16 +243,15 @@ static void show_file(const struct demo *d, const char *name)
 /*
  * An interrupt (Ctrl-C, SIGTERM, SIGHUP) kills the child that runs, the
  * demo stops after it and removes its directory, and then the signal ends
- * moeft as it would have: nothing is left behind in /dev/shm.
+ * moeft as it would have: nothing is left behind in /dev/shm.  The handler
+ * only notes the signal: the waits below poll, and kill only a child they
+ * have not reaped, whose pid cannot have been reused.
  */
 static volatile sig_atomic_t interrupted;
-static volatile pid_t running;
 
 static void on_interrupt(int sig)
 {
 	interrupted = sig;
-	if (running > 0)
-		kill(running, SIGKILL);
 }
 
 static void catch_interrupts(void)
@@ -276,6 +275,20 @@ static void end_if_interrupted(void)
 	raise(sig);
 }
 
+/* Wait for pid, killing it if an interrupt comes first: its status. */
+static int wait_child(pid_t pid)
+{
+	int status;
+	pid_t r;
+
+	while ((r = waitpid(pid, &status, WNOHANG)) == 0 || (r < 0 && errno == EINTR)) {
+		if (interrupted)
+			kill(pid, SIGKILL);
+		usleep(POLL_US);
+	}
+	return r == pid ? status : -1;
+}
+
 /*
  * Run argv to its end with env, stdout and stderr into the files out and
  * err of the demo's directory; its wall time into *ms.  0 when it exited
@@ -290,11 +303,8 @@ static int run(struct demo *d, char **argv, char **env, const char *out, const c
 	char how[64];
 	pid_t pid;
 
-	if (ofd >= 0 && efd >= 0 && !(e = child_spawn(&pid, argv, env, ofd, efd))) {
-		running = pid;
-		status = child_wait(pid);
-		running = 0;
-	}
+	if (ofd >= 0 && efd >= 0 && !(e = child_spawn(&pid, argv, env, ofd, efd)))
+		status = wait_child(pid);
 	*ms = ms_now() - t;
 	if (ofd >= 0)
 		close(ofd);
@@ -354,21 +364,19 @@ static int crash(struct demo *d, struct figures *f)
 	pid_t pid;
 
 	if (efd >= 0 && !(e = child_spawn(&pid, d->cmdj, d->env_preload, -1, efd))) {
-		running = pid;
 		/* the journal appears once CMD opens it */
 		while (waitpid(pid, &status, WNOHANG) == 0) {
 			if (j.fd < 0)
 				j.fd = open(d->journal, O_RDONLY | O_CLOEXEC);
 			if (j.fd >= 0)
 				journal_read(&j);
-			if (j.steps >= at) {
+			if (j.steps >= at || interrupted) {
 				kill(pid, SIGKILL);
 				status = child_wait(pid);
 				break;
 			}
 			usleep(POLL_US);
 		}
-		running = 0;
 	}
 	if (efd >= 0)
 		close(efd);

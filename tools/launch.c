@@ -16,8 +16,10 @@
 
 #include "launch.h"
 
-/* See launch.h; build_rel is relative to BUILD, installed absolute. */
-static int find(char *out, size_t len, const char *build_rel, const char *installed)
+/* See launch.h: build_rel is relative to BUILD, installed absolute,
+ * beside[] relative to the directory of this moeft. */
+static int find(char *out, size_t len, const char *build_rel, const char *installed,
+		const char *const beside[])
 {
 	char exe[PATH_MAX], *slash;
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -27,32 +29,46 @@ static int find(char *out, size_t len, const char *build_rel, const char *instal
 	if (n <= 0)
 		return -1;
 	exe[n] = '\0';
-	/* BUILD/tools/moeft -> BUILD/ */
-	for (int up = 0; up < 2; up++) {
-		if (!(slash = strrchr(exe, '/')))
-			return -1;
-		*slash = '\0';
-	}
-	w = snprintf(out, len, "%s/build.ninja", exe);
-	if (w > 0 && (size_t)w < len && access(out, F_OK) == 0)
-		w = snprintf(out, len, "%s/%s", exe, build_rel);
-	else
-		w = snprintf(out, len, "%s", installed);
-	if (w <= 0 || (size_t)w >= len) {
-		out[0] = '\0';
+	if (!(slash = strrchr(exe, '/')))
 		return -1;
+	*slash = '\0';			/* DIR/moeft -> DIR */
+	if ((slash = strrchr(exe, '/'))) {	/* BUILD/tools -> BUILD: a build tree? */
+		*slash = '\0';
+		w = snprintf(out, len, "%s/build.ninja", exe);
+		if (w > 0 && (size_t)w < len && access(out, F_OK) == 0) {
+			w = snprintf(out, len, "%s/%s", exe, build_rel);
+			return w > 0 && (size_t)w < len && access(out, F_OK) == 0 ? 0 : -1;
+		}
+		*slash = '/';
 	}
-	return access(out, F_OK) == 0 ? 0 : -1;
+	/* Installed: where meson put it, else beside a moved installation. */
+	w = snprintf(out, len, "%s", installed);
+	if (w > 0 && (size_t)w < len && access(out, F_OK) == 0)
+		return 0;
+	for (size_t i = 0; beside[i]; i++) {
+		w = snprintf(out, len, "%s/%s", exe, beside[i]);
+		if (w > 0 && (size_t)w < len && access(out, F_OK) == 0)
+			return 0;
+	}
+	snprintf(out, len, "%s", installed);
+	return -1;
 }
 
 int launch_find_preload(char *out, size_t len)
 {
-	return find(out, len, "preload/libmoeft.so", MOEFT_INSTALLED_PRELOAD);
+	static const char *const beside[] = {
+		"../lib/libmoeft.so", "../lib/x86_64-linux-gnu/libmoeft.so",
+		"../lib/aarch64-linux-gnu/libmoeft.so", "../lib64/libmoeft.so", NULL
+	};
+
+	return find(out, len, "preload/libmoeft.so", MOEFT_INSTALLED_PRELOAD, beside);
 }
 
 int launch_find_serve(char *out, size_t len)
 {
-	return find(out, len, "demo/moeft-serve", MOEFT_INSTALLED_SERVE);
+	static const char *const beside[] = { "../libexec/moeft/moeft-serve", NULL };
+
+	return find(out, len, "demo/moeft-serve", MOEFT_INSTALLED_SERVE, beside);
 }
 
 /* The ELF header of path into *h: 0, or -1 with errno (EINVAL: not ELF). */

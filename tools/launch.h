@@ -11,11 +11,13 @@
 
 /*
  * A companion of this moeft.  A moeft in a meson build tree
- * (BUILD/tools/moeft, with BUILD/build.ninja) takes the tree's: BUILD/shim/
- * libmoeft.so, BUILD/demo/moeft-serve; any other moeft the installed ones,
- * at the paths meson configured: LIBDIR/libmoeft.so, LIBEXECDIR/moeft/
- * moeft-serve.  0 with the path in out when the file is there, else -1
- * with the path looked at in out ("" when even that is unknown).
+ * (BUILD/tools/moeft, with BUILD/build.ninja) takes the tree's:
+ * BUILD/preload/libmoeft.so, BUILD/demo/moeft-serve; any other moeft the
+ * installed ones, at the paths meson configured (LIBDIR/libmoeft.so,
+ * LIBEXECDIR/moeft/moeft-serve), else beside it as an installation moved
+ * elsewhere has them (../lib, ../lib/MULTIARCH, ../lib64; ../libexec/moeft).
+ * 0 with the path in out when the file is there, else -1 with the
+ * configured path in out ("" when even that is unknown).
  */
 int launch_find_preload(char *out, size_t len);
 int launch_find_serve(char *out, size_t len);

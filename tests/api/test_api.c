@@ -1,9 +1,11 @@
 /*
- * test_api.c - include/moeft.h as an adapter sees it: libmoeft.so opened
- * with dlopen (MOEFT_TEST_LIB), its functions found by name, in child
- * processes with their own MOEFT_* environment: versions, instrumenting
- * with a good configuration (the log is created), off with MOEFT_DISABLE
- * and with a bad variable (no log), off in a child of fork().
+ * test_api.c - include/moeft.h as an adapter sees it, in child processes
+ * (this program run again with --child) with their own MOEFT_* variables
+ * and nothing else of the caller's: libmoeft.so either preloaded (the API
+ * found with dlsym(RTLD_DEFAULT)) or opened with dlopen (MOEFT_TEST_LIB).
+ * Versions; instrumenting when preloaded with a good configuration (the
+ * log is created), not when merely dlopen'ed (no log either), off with
+ * MOEFT_DISABLE and with a bad variable (no log), off in a child of fork().
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -16,6 +18,8 @@
 #include "moeft.h"
 #include "testutil.h"
 
+extern char **environ;
+
 static char dir[64];
 
 struct api {
@@ -24,17 +28,17 @@ struct api {
 	int (*instrumenting)(void);
 };
 
-/* In a child: the library's functions, or exit 90. */
+/* In a child: the library's functions, from the global scope when it was
+ * preloaded, else from dlopen; or exit 90. */
 static struct api open_api(void)
 {
-	void *h = dlopen(getenv("MOEFT_TEST_LIB"), RTLD_NOW | RTLD_LOCAL);
+	int preloaded = getenv("LD_PRELOAD") != NULL;
+	void *h = preloaded ? RTLD_DEFAULT : dlopen(getenv("MOEFT_TEST_LIB"), RTLD_NOW | RTLD_LOCAL);
 	struct api a;
 	void *p[3];
 
-	if (!h) {
-		fprintf(stderr, "%s\n", dlerror());
+	if (!preloaded && !h)
 		_exit(90);
-	}
 	p[0] = dlsym(h, "moeft_api_version");
 	p[1] = dlsym(h, "moeft_version");
 	p[2] = dlsym(h, "moeft_instrumenting");
@@ -46,25 +50,6 @@ static struct api open_api(void)
 	return a;
 }
 
-/* Run fn in a child with the MOEFT_* variables of env (NAME=VALUE, NULL
- * ended) and no others; its exit status. */
-static int in_child(const char *const *env, int (*fn)(void))
-{
-	int st;
-	pid_t pid = fork();
-
-	if (pid == 0) {
-		unsetenv("MOEFT_WAL");
-		unsetenv("MOEFT_LOG");
-		for (; *env; env++)
-			putenv((char *)*env);
-		_exit(fn());
-	}
-	if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
-		return -1;
-	return WEXITSTATUS(st);
-}
-
 static int versions(void)
 {
 	struct api a = open_api();
@@ -73,7 +58,7 @@ static int versions(void)
 	       0 : 1;
 }
 
-/* instrumenting() as a number, asked twice (the answer stays). */
+/* instrumenting() as the exit status, asked twice (the answer stays). */
 static int instrumenting(void)
 {
 	struct api a = open_api();
@@ -98,6 +83,46 @@ static int forked(void)
 	return a.instrumenting() == 1 ? 0 : 3;
 }
 
+static const struct {
+	const char *name;
+	int (*fn)(void);
+} modes[] = { { "versions", versions }, { "instrumenting", instrumenting },
+	      { "forked", forked } };
+
+/*
+ * Run mode in a child: this program again, with the caller's environment
+ * less its MOEFT_* and LD_PRELOAD, plus MOEFT_TEST_LIB, the variables of
+ * vars (NAME=VALUE, NULL ended) and, if preload, LD_PRELOAD=the library.
+ * Its exit status, or -1.
+ */
+static int in_child(const char *mode, int preload, const char *const *vars)
+{
+	char *env[256], pre[600], lib[600];
+	char *argv[] = { "test_api", "--child", (char *)mode, NULL };
+	size_t n = 0;
+	int st;
+	pid_t pid;
+
+	snprintf(lib, sizeof lib, "MOEFT_TEST_LIB=%s", getenv("MOEFT_TEST_LIB"));
+	snprintf(pre, sizeof pre, "LD_PRELOAD=%s", getenv("MOEFT_TEST_LIB"));
+	for (char **e = environ; *e && n < 200; e++)
+		if (strncmp(*e, "MOEFT_", 6) && strncmp(*e, "LD_PRELOAD=", 11))
+			env[n++] = *e;
+	env[n++] = lib;
+	if (preload)
+		env[n++] = pre;
+	for (; *vars; vars++)
+		env[n++] = (char *)*vars;
+	env[n] = NULL;
+	if ((pid = fork()) == 0) {
+		execve("/proc/self/exe", argv, env);
+		_exit(92);
+	}
+	if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
+		return -1;
+	return WEXITSTATUS(st);
+}
+
 static int exists(const char *name)
 {
 	char path[128];
@@ -107,42 +132,58 @@ static int exists(const char *name)
 	return stat(path, &st) == 0;
 }
 
+/* "MOEFT_WAL=DIR/name" in buf. */
+static const char *wal_var(char *buf, size_t len, const char *name)
+{
+	snprintf(buf, len, "MOEFT_WAL=%s/%s", dir, name);
+	return buf;
+}
+
 static void test_versions(void)
 {
-	static const char *const env[] = { "MOEFT_DISABLE=1", NULL };
+	static const char *const none[] = { NULL }, *const off[] = { "MOEFT_DISABLE=1", NULL };
 
-	CU_ASSERT_EQUAL(in_child(env, versions), 0);
+	CU_ASSERT_EQUAL(in_child("versions", 1, off), 0);
+	CU_ASSERT_EQUAL(in_child("versions", 0, none), 0);
 }
 
 static void test_instrumenting(void)
 {
-	static char wal[128];
-	const char *env[] = { wal, "MOEFT_WAL_SIZE=16M", NULL };
+	char wal[128];
+	const char *vars[] = { wal_var(wal, sizeof wal, "good.wal"), "MOEFT_WAL_SIZE=16M", NULL };
 
-	snprintf(wal, sizeof wal, "MOEFT_WAL=%s/good.wal", dir);
-	CU_ASSERT_EQUAL(in_child(env, instrumenting), 1);
+	CU_ASSERT_EQUAL(in_child("instrumenting", 1, vars), 1);
 	CU_ASSERT(exists("good.wal"));
+}
+
+/* dlopen'ed, libmoeft.so sees no CUDA call: not instrumenting, and it
+ * must not take a log some preloaded process of the server may want. */
+static void test_dlopen(void)
+{
+	char wal[128];
+	const char *vars[] = { wal_var(wal, sizeof wal, "local.wal"), "MOEFT_WAL_SIZE=16M", NULL };
+
+	CU_ASSERT_EQUAL(in_child("instrumenting", 0, vars), 0);
+	CU_ASSERT(!exists("local.wal"));
 }
 
 static void test_off(void)
 {
-	static char wal[128];
-	const char *disabled[] = { wal, "MOEFT_DISABLE=1", NULL };
+	char wal[128];
+	const char *disabled[] = { wal_var(wal, sizeof wal, "off.wal"), "MOEFT_DISABLE=1", NULL };
 	const char *bad[] = { wal, "MOEFT_WINDOW=0", NULL };
 
-	snprintf(wal, sizeof wal, "MOEFT_WAL=%s/off.wal", dir);
-	CU_ASSERT_EQUAL(in_child(disabled, instrumenting), 0);
-	CU_ASSERT_EQUAL(in_child(bad, instrumenting), 0);
+	CU_ASSERT_EQUAL(in_child("instrumenting", 1, disabled), 0);
+	CU_ASSERT_EQUAL(in_child("instrumenting", 1, bad), 0);
 	CU_ASSERT(!exists("off.wal"));
 }
 
 static void test_fork(void)
 {
-	static char wal[128];
-	const char *env[] = { wal, "MOEFT_WAL_SIZE=16M", NULL };
+	char wal[128];
+	const char *vars[] = { wal_var(wal, sizeof wal, "fork.wal"), "MOEFT_WAL_SIZE=16M", NULL };
 
-	snprintf(wal, sizeof wal, "MOEFT_WAL=%s/fork.wal", dir);
-	CU_ASSERT_EQUAL(in_child(env, forked), 0);
+	CU_ASSERT_EQUAL(in_child("forked", 1, vars), 0);
 }
 
 static int setup(void)
@@ -159,11 +200,12 @@ static int teardown(void)
 	return system(cmd) == 0 ? 0 : -1;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	CU_TestInfo tests[] = {
 		{ "versions", test_versions },
 		{ "instrumenting", test_instrumenting },
+		{ "dlopen", test_dlopen },
 		{ "off", test_off },
 		{ "fork", test_fork },
 		CU_TEST_INFO_NULL,
@@ -173,5 +215,11 @@ int main(void)
 		CU_SUITE_INFO_NULL,
 	};
 
+	if (argc == 3 && !strcmp(argv[1], "--child")) {
+		for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+			if (!strcmp(argv[2], modes[i].name))
+				return modes[i].fn();
+		return 93;
+	}
 	return cu_run(suites);
 }

@@ -104,7 +104,7 @@ static void test_round_trip(void)
 	CU_ASSERT_EQUAL(memcmp(&p, &q, sizeof p), 0);
 }
 
-/* Every field at its widest: 2^64 - 1, 2^32 - 1, 63 pools, 63-byte names. */
+/* Every field at its widest: 2^64 - 1, 2^32 - 1, KVS_MAX_POOLS pools, 63-byte names. */
 static void test_widest(void)
 {
 	static struct restore_plan p, q;
