@@ -33,6 +33,11 @@
 #include "kvstore.h"
 
 #define RESTORE_PLAN_MAX (1u << 16)   /* bytes of a plan file */
+
+/* The names moeft restore gives the plan and the manifest in its output
+ * directory: restore mode hands CMD the manifest beside the plan it took. */
+#define RESTORE_PLAN_NAME "plan"
+#define RESTORE_MANIFEST_NAME "manifest.json"
 #define RESTORE_NAME_MAX 64u          /* bytes of an image's file name */
 
 struct restore_pool {

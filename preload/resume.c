@@ -5,15 +5,21 @@
  * step, under nothing at an allocation or a launch), guards the plan's
  * claims and the copies' event.
  */
+#include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "msg.h"
+#include "plan.h"
 #include "restore.h"
 #include "resume.h"
 #include "shim.h"
@@ -22,6 +28,7 @@
 static struct {
 	pthread_mutex_t lock;
 	struct restore_plan plan;
+	int requested;             /* MOEFT_RESTORE set: the plan loaded at load */
 	int active;                /* written once, before events flow */
 	atomic_int watching;       /* MOEFT_RESTORE_AT=init, until the copies */
 	int matched;               /* every pool of the plan is claimed */
@@ -47,13 +54,49 @@ void resume_refuse(const char *fmt, ...)
 	_exit(RESUME_EXIT_REFUSED);
 }
 
-void resume_start(const char *path, struct wal *w, const char *wal_path, int at_step)
+/*
+ * Restore mode begins at load, before the command's main: the command may
+ * read its resume position first thing, and must find it only if this
+ * preload is there, enabled, well configured and holding the plan.  What
+ * needs the log (its identity, the writer lock) waits for the start, which
+ * stops the process if it fails; a wrapper process (a shell that starts
+ * the command) never opens the log, as it makes no CUDA call.
+ */
+__attribute__((constructor)) static void resume_at_load(void)
+{
+	const char *plan = getenv("MOEFT_RESTORE");
+	struct moeft_config cfg;
+	char err[640], manifest[PATH_MAX + 32], *slash;
+
+	if (!plan || !*plan)
+		return;
+	rm.requested = 1;
+	if (config_load(&cfg, NULL, err, sizeof err) < 0)
+		resume_refuse("%s", err);
+	msg_set_level(cfg.log_level);
+	if (cfg.disable)
+		resume_refuse("MOEFT_DISABLE=1 keeps the preload off, which could not take the "
+			      "restored state");
+	if (restore_plan_load(cfg.restore_plan, &rm.plan, err, sizeof err) < 0)
+		resume_refuse("MOEFT_RESTORE: %s", err);
+	/* The manifest beside the plan (plan.h); the plan's path is absolute. */
+	snprintf(manifest, sizeof manifest, "%s", cfg.restore_plan);
+	slash = strrchr(manifest, '/');
+	snprintf(slash + 1, sizeof manifest - (size_t)(slash + 1 - manifest), "%s",
+		 RESTORE_MANIFEST_NAME);
+	if (setenv("MOEFT_RESTORE_MANIFEST", manifest, 1) < 0)
+		resume_refuse("cannot hand the command its resume position: %s", strerror(errno));
+}
+
+int resume_requested(void)
+{
+	return rm.requested;
+}
+
+void resume_start(struct wal *w, const char *wal_path, int at_step)
 {
 	struct wal_stats st;
-	char err[600];
 
-	if (restore_plan_load(path, &rm.plan, err, sizeof err) < 0)
-		resume_refuse("MOEFT_RESTORE: %s", err);
 	wal_stats(w, &st);
 	if (rm.plan.log_id != st.log_id)
 		resume_refuse("MOEFT_RESTORE: the plan is for log %016" PRIx64 ", %s is log %016"

@@ -3,6 +3,12 @@
  * takes the KV pools of the crashed one (the plan, restore.h) and resumes
  * at the step after the restored window.
  *
+ * The preload takes the plan when it is loaded, before the command's main,
+ * and only then hands the command its resume position: it sets
+ * MOEFT_RESTORE_MANIFEST to the manifest beside the plan (moeft restore
+ * never does).  A command without this preload, or with it disabled or
+ * misconfigured, is never told to resume.
+ *
  * Allocations claim the plan's pools by identity as they are made.  With
  * MOEFT_RESTORE_AT=init (the default) the first launch once every pool is
  * claimed is taken for their initialiser (torch.zeros' fill kernel runs
@@ -13,9 +19,10 @@
  * launch.  Either way every other stream waits for the copies before its
  * own first step.
  *
- * Whatever keeps the process from taking the plan (a bad plan, a pool no
- * allocation claimed, a KV write into an allocation the crashed process had
- * no pool for, a copy the driver refused) stops it with status
+ * Whatever keeps the process from taking the plan (MOEFT_DISABLE, a bad
+ * variable, a bad plan, a log it cannot open or of another identity, a
+ * pool no allocation claimed, a KV write into an allocation the crashed
+ * process had no pool for, a copy the driver refused) stops it with status
  * RESUME_EXIT_REFUSED and one line: running on would serve from state the
  * user believes restored.
  */
@@ -31,9 +38,14 @@ struct wal;
 
 #define RESUME_EXIT_REFUSED 3
 
-/* Load the plan at path for log w (at wal_path); at_step:
- * MOEFT_RESTORE_AT=step.  Stops the process when the plan cannot be taken. */
-void resume_start(const char *path, struct wal *w, const char *wal_path, int at_step);
+/* MOEFT_RESTORE was set: the plan was taken at load (and
+ * MOEFT_RESTORE_MANIFEST handed to the command); every failure of the
+ * start must stop the process. */
+int resume_requested(void);
+
+/* At the start, with the log w (at wal_path) open: the plan must be this
+ * log's; MOEFT_RESTORE_AT=step when at_step.  Stops the process if not. */
+void resume_start(struct wal *w, const char *wal_path, int at_step);
 
 /* Restore mode is on (resume_start ran). */
 int resume_active(void);

@@ -37,7 +37,8 @@ static struct {
 } pl;
 
 /* A failure at start: one line, then run un-instrumented, or end the
- * process if the user asked for strictness. */
+ * process if the user asked for strictness or for a restore (which must
+ * fail closed, resume.h). */
 __attribute__((format(printf, 1, 2)))
 static void give_up(const char *fmt, ...)
 {
@@ -47,6 +48,8 @@ static void give_up(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(what, sizeof what, fmt, ap);
 	va_end(ap);
+	if (resume_requested())
+		resume_refuse("%s", what);
 	if (pl.cfg.strict) {
 		msg_log(WAL_LOG_ERROR, "%s; MOEFT_STRICT is set: exiting", what);
 		_exit(1);
@@ -113,6 +116,8 @@ int preload_start(void)
 
 	bad = config_load(&pl.cfg, NULL, err, sizeof err);
 	msg_set_level(pl.cfg.log_level);
+	if (pl.cfg.disable && resume_requested())
+		resume_refuse("MOEFT_DISABLE=1 came after the plan was taken");
 	if (pl.cfg.disable)
 		return 0;
 	if (bad) {
@@ -147,8 +152,8 @@ int preload_start(void)
 	cs = (struct capture_setup){ .wal = pl.wal, .kvs = pl.kvs, .window = pl.cfg.window,
 				     .commit_async = pl.cfg.commit_async };
 	capture_init(&cs);
-	if (pl.cfg.restore_plan[0])
-		resume_start(pl.cfg.restore_plan, pl.wal, pl.cfg.wal_path, pl.cfg.restore_at_step);
+	if (resume_requested())
+		resume_start(pl.wal, pl.cfg.wal_path, pl.cfg.restore_at_step);
 	pthread_atfork(NULL, NULL, after_fork_child);
 	crash_install(pl.wal);
 	atomic_store_explicit(&pl.active, 1, memory_order_release);

@@ -5,6 +5,7 @@
  * That command replaces moeft (exec), so it keeps the process id a
  * supervisor started, its signals and its exit status.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -13,8 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/wait.h>
 
 #include "launch.h"
+#include "moeft.h"
 
 /* See launch.h: build_rel is relative to BUILD, installed absolute,
  * beside[] relative to the directory of this moeft. */
@@ -137,8 +140,57 @@ int launch_check_lib(const char *path, char *msg, size_t len)
 	return 0;
 }
 
-int launch_exec(char **cmd, const char *preload, const char *wal, const char *plan,
-		const char *manifest)
+/* In a child: 0 when lib loads and answers as a preload of this API
+ * version; else 1 (no load), 2 (no moeft API), 3 (another version). */
+static int moeft_api(const char *lib)
+{
+	int (*version)(void);
+	void *h, *p;
+
+	/* Its restore mode must not start in the check. */
+	unsetenv("MOEFT_RESTORE");
+	if (!(h = dlopen(lib, RTLD_NOW | RTLD_LOCAL)))
+		return 1;
+	if (!(p = dlsym(h, "moeft_api_version")))
+		return 2;
+	memcpy(&version, &p, sizeof p);
+	return version() == MOEFT_API_VERSION ? 0 : 3;
+}
+
+int launch_check_preload(const char *path, char *msg, size_t len)
+{
+	static const char *const why[] = {
+		[1] = "the dynamic loader cannot load it",
+		[2] = "it exports no moeft API (moeft_api_version)",
+		[3] = "its moeft API is of another version than this moeft's",
+	};
+	char inner[PATH_MAX + 64];
+	int status = -1;
+	pid_t pid;
+
+	if (launch_check_lib(path, inner, sizeof inner) < 0) {
+		/* inner is "PATH: why" */
+		snprintf(msg, len, "%s: not a moeft preload library: %s", path,
+			 inner + strlen(path) + 2);
+		return -1;
+	}
+	/* Loading runs its constructors: in a child, never in moeft. */
+	fflush(NULL);
+	if ((pid = fork()) == 0)
+		_exit(moeft_api(path));
+	if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+		snprintf(msg, len, "%s: cannot check it: %s", path, strerror(errno));
+		return -1;
+	}
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		return 0;
+	snprintf(msg, len, "%s: not a moeft preload library: %s", path,
+		 WIFEXITED(status) && WEXITSTATUS(status) >= 1 && WEXITSTATUS(status) <= 3 ?
+		 why[WEXITSTATUS(status)] : "loading it crashed");
+	return -1;
+}
+
+int launch_exec(char **cmd, const char *preload, const char *wal, const char *plan)
 {
 	const char *old = getenv("LD_PRELOAD");
 	char *both = NULL;
@@ -150,13 +202,11 @@ int launch_exec(char **cmd, const char *preload, const char *wal, const char *pl
 	free(both);
 	if (ret < 0 || setenv("MOEFT_WAL", wal, 1) < 0)
 		return -1;
-	if (plan) {
-		if (setenv("MOEFT_RESTORE", plan, 1) < 0 ||
-		    setenv("MOEFT_RESTORE_MANIFEST", manifest, 1) < 0)
-			return -1;
-	} else if (unsetenv("MOEFT_RESTORE") < 0 || unsetenv("MOEFT_RESTORE_MANIFEST") < 0) {
+	/* Only the preload tells the command to resume, once it has taken
+	 * the plan (preload/resume.h): never a stale variable of ours. */
+	if (unsetenv("MOEFT_RESTORE_MANIFEST") < 0 ||
+	    (plan ? setenv("MOEFT_RESTORE", plan, 1) : unsetenv("MOEFT_RESTORE")) < 0)
 		return -1;
-	}
 	fflush(NULL);
 	execvp(cmd[0], cmd);
 	return -1;

@@ -31,13 +31,21 @@ int launch_find_serve(char *out, size_t len);
 int launch_check_lib(const char *path, char *msg, size_t len);
 
 /*
+ * Whether path is a moeft preload library of this moeft's API version:
+ * launch_check_lib's checks, then loaded in a child process (never in
+ * moeft: its constructors run) and asked moeft_api_version.  0, or -1 with
+ * "PATH: not a moeft preload library: why" in msg.
+ */
+int launch_check_preload(const char *path, char *msg, size_t len);
+
+/*
  * Replace this process by cmd[0] with cmd as its arguments (searched in
  * PATH), with LD_PRELOAD=preload (ahead of any the environment has),
- * MOEFT_WAL=wal, and, when plan is not NULL, MOEFT_RESTORE=plan and
- * MOEFT_RESTORE_MANIFEST=manifest; without a plan both are removed from
- * the environment.  Returns only on failure, with errno set.
+ * MOEFT_WAL=wal, and MOEFT_RESTORE=plan when plan is not NULL (else it is
+ * removed).  MOEFT_RESTORE_MANIFEST is always removed: only the preload
+ * hands the command its resume position, once it took the plan.  Returns
+ * only on failure, with errno set.
  */
-int launch_exec(char **cmd, const char *preload, const char *wal, const char *plan,
-		const char *manifest);
+int launch_exec(char **cmd, const char *preload, const char *wal, const char *plan);
 
 #endif

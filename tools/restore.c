@@ -26,17 +26,19 @@
 
 #include "blank.h"
 #include "cli.h"
+#include "config.h"
 #include "crc32c.h"
 #include "json.h"
 #include "launch.h"
+#include "media.h"
 #include "plan.h"
 #include "record.h"
 #include "restore.h"
 #include "state.h"
 
-#define MANIFEST "manifest.json"
+#define MANIFEST RESTORE_MANIFEST_NAME
 #define ROUTING "routing.bin"
-#define PLAN "plan"
+#define PLAN RESTORE_PLAN_NAME
 #define MANIFEST_HEAD "{\"format\":1,\"log\":"
 #define MAX_PROBLEMS 8
 #define LOST_LINES 32   /* lost chunks named on stderr; all are in the manifest */
@@ -610,8 +612,10 @@ static void assess(struct restore *rs)
 	if (gaps)
 		problem(rs, "%" PRIu64 " decode window%s flagged routing-gap: their routing is not "
 			"whole", gaps, gaps == 1 ? " is" : "s are");
-	if (s->rec->damaged_windows)
-		problem(rs, "the log holds %" PRIu64 " damaged window%s ('moeft verify' lists them)",
+	if (s->rec->damage_count)
+		problem(rs, "the log holds damage inside its committed part: %" PRIu64 " finding%s, "
+			"%" PRIu64 " damaged window%s ('moeft verify' lists them)",
+			s->rec->damage_count, s->rec->damage_count == 1 ? "" : "s",
 			s->rec->damaged_windows, s->rec->damaged_windows == 1 ? "" : "s");
 	if (s->bad)
 		problem(rs, "%" PRIu64 " record%s up to window %" PRIu64 " could not be used "
@@ -675,8 +679,13 @@ static int run(struct restore *rs)
 {
 	char msg[512];
 	double t0 = now(), t;
+	struct wal_error err;
 	int ret;
 
+	/* Its process has not ended: a restore would race it. */
+	if ((ret = media_writer_alive(rs->wal, &err)) == 1)
+		return cli_fail(rs->cmd, rs->json, EXIT_BAD, "%s: in use by another writer, whose "
+				"process has not ended: nothing to restore from yet", rs->wal);
 	if ((ret = state_load(&rs->s, rs->wal, msg, sizeof msg)) < 0) {
 		if (rs->cmdv && (ret == STATE_NOTHING || blank(rs->wal)))
 			return RESTORE_NOTHING;
@@ -740,32 +749,80 @@ static int absolute(const char *path, char *out, size_t len)
 }
 
 /*
+ * What the preload will make of the environment the command gets
+ * (MOEFT_WAL, MOEFT_RESTORE as bring_back sets them, the rest as it is):
+ * restore mode fails closed there, so refuse now what it would refuse,
+ * before anything is written or started.
+ */
+static const char *cmd_wal, *cmd_plan;
+
+static const char *cmd_env(const char *name)
+{
+	if (!strcmp(name, "MOEFT_WAL"))
+		return cmd_wal;
+	if (!strcmp(name, "MOEFT_RESTORE"))
+		return cmd_plan;
+	return getenv(name);
+}
+
+static int preflight(struct restore *rs, const char *wal)
+{
+	char plan[PATH_MAX + 8], err[640];
+	struct moeft_config cfg;
+
+	if (absolute(rs->out, plan, sizeof plan - 5) < 0)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
+				strerror(errno));
+	strcat(plan, "/" PLAN);
+	cmd_wal = wal;
+	cmd_plan = plan;
+	if (config_load(&cfg, cmd_env, err, sizeof err) < 0)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "the preload would refuse to restore "
+				"with this environment: %s", err);
+	if (cfg.disable)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "MOEFT_DISABLE=1 keeps the preload "
+				"off, so %s could not take the restored state; unset it "
+				"(--force-fresh starts it without restoring)", rs->cmdv[0]);
+	return 0;
+}
+
+/* Whether the restored window's KV is whole: nothing lost or left for
+ * later, nothing damaged or undecodable in the log, the store there. */
+static int kv_whole(const struct restore *rs)
+{
+	const struct state *s = &rs->s;
+
+	return !rs->lost && !(s->cs.flags & WINDOW_KV_PARTIAL) && !s->rec->damage_count &&
+	       !s->bad && (s->kv || !s->kvrefs);
+}
+
+/*
  * Online: start the command, in restore mode when there is something to
  * restore and it restored whole, fresh when the log has no decode window
  * yet or --force-fresh says so.  Returns only on failure.
  */
 static int bring_back(struct restore *rs, const char *preload, int fresh /* 1: asked, 2: no log */)
 {
-	char wal[PATH_MAX], plan[PATH_MAX + 8], manifest[PATH_MAX + 16], dir[PATH_MAX];
+	char wal[PATH_MAX], plan[PATH_MAX + 8], dir[PATH_MAX] = "";
 	int ret = EXIT_OK;
 
 	if (absolute(rs->wal, wal, sizeof wal) < 0)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--wal %s: %s", rs->wal,
 				strerror(errno));
+	if (!fresh && (ret = preflight(rs, wal)))
+		return ret;
 	if (!fresh) {
 		ret = run(rs);
 		if (ret == RESTORE_NOTHING) {
 			fprintf(stderr, "moeft restore: %s has no committed decode window: nothing to "
 				"restore, starting %s fresh\n", rs->wal, rs->cmdv[0]);
 			fresh = 1;
-		} else if (ret == EXIT_USAGE) {
-			return ret;
-		} else if (rs->lost || (rs->s.cs.flags & WINDOW_KV_PARTIAL)) {
+		} else if (ret == EXIT_USAGE || !rs->s.rec) {
+			return ret;	/* refused before the state was read */
+		} else if (!kv_whole(rs)) {
 			return cli_fail(rs->cmd, rs->json, EXIT_BAD, "the KV state of window %" PRIu64
-					" is not whole (%" PRIu64 " chunks lost%s); not starting %s on "
-					"it (--force-fresh starts it without restoring)", rs->s.c->id,
-					rs->lost, rs->s.cs.flags & WINDOW_KV_PARTIAL ?
-					", the window left chunks for later" : "", rs->cmdv[0]);
+					" is not whole (above); not starting %s on it (--force-fresh "
+					"starts it without restoring)", rs->s.c->id, rs->cmdv[0]);
 		}
 	} else if (fresh == 1) {
 		fprintf(stderr, "moeft restore: --force-fresh: starting %s without restoring\n",
@@ -773,9 +830,8 @@ static int bring_back(struct restore *rs, const char *preload, int fresh /* 1: a
 	}
 	if (!fresh && !realpath(rs->out, dir))
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s: %s", rs->out, strerror(errno));
-	snprintf(plan, sizeof plan, "%s/" PLAN, fresh ? "" : dir);
-	snprintf(manifest, sizeof manifest, "%s/" MANIFEST, fresh ? "" : dir);
-	launch_exec(rs->cmdv, preload, wal, fresh ? NULL : plan, manifest);
+	snprintf(plan, sizeof plan, "%s/" PLAN, dir);
+	launch_exec(rs->cmdv, preload, wal, fresh ? NULL : plan);
 	return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "cannot start %s: %s", rs->cmdv[0],
 			strerror(errno));
 }
@@ -818,7 +874,7 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 	};
 	struct cli_opts o = { .cmd = cmd };
 	struct restore rs = { .cmd = cmd, .dir = -1, .lock = PTHREAD_MUTEX_INITIALIZER };
-	char preload[PATH_MAX], out[PATH_MAX];
+	char preload[PATH_MAX], out[PATH_MAX], msg[PATH_MAX + 128];
 	const char *lib = NULL;
 	struct stat st;
 	int c, ret, fresh = 0;
@@ -853,8 +909,8 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 			cli_usage_error(&o, "--preload LIB is required: no libmoeft.so beside moeft");
 		lib = preload;
 	}
-	if (rs.cmdv && lib && access(lib, R_OK) < 0)
-		cli_usage_error(&o, "--preload %s: %s", lib, strerror(errno));
+	if (rs.cmdv && lib && launch_check_preload(lib, msg, sizeof msg) < 0)
+		cli_usage_error(&o, "--preload %s", msg);
 	if ((ret = cli_parse_done(&o)))
 		return ret;
 	rs.json = o.json;
@@ -897,9 +953,14 @@ const struct cli_command cmd_restore = {
 	"(into PATH.restore unless --out says where), then CMD replaces moeft under\n"
 	"the preload, on the same log, in restore mode: its KV pools get the images\n"
 	"before its first decode step, matched to its allocations by call site,\n"
-	"size and ordinal, and MOEFT_RESTORE_MANIFEST names manifest.json for its\n"
-	"own recovery hook (resume_step).  A log without a committed decode window\n"
-	"starts CMD fresh; a window whose KV state is not whole does not start it.\n"
+	"size and ordinal.  Only the preload, once it has taken the plan, sets\n"
+	"MOEFT_RESTORE_MANIFEST (manifest.json) for CMD's recovery hook\n"
+	"(resume_step): a CMD without it is never told to resume.  A log without a\n"
+	"committed decode window starts CMD fresh.  CMD is not started when the\n"
+	"restore would fail: a KV state that is not whole (lost chunks, no KV\n"
+	"store, damage in the log), a log a live writer holds, a --preload that is\n"
+	"no moeft preload library, or an environment the preload would refuse\n"
+	"(MOEFT_DISABLE=1, a bad MOEFT_* value).\n"
 	"\n"
 	"  -w, --wal PATH   the log file or device-DAX node\n"
 	"  -o, --out DIR    the directory to write\n"
@@ -913,9 +974,11 @@ const struct cli_command cmd_restore = {
 	"bytes are zeros; each is named) or the log is damaged or its windows are\n"
 	"flagged incomplete (the manifest's \"problems\" say which); 2 usage error,\n"
 	"an unreadable log or KV store, a KV store of another log, no committed\n"
-	"decode window, or an error writing DIR.  Online, moeft becomes CMD, whose\n"
-	"status it is; moeft's own are those above (1: not started, the state is\n"
-	"not whole), and a CMD whose layout does not match the plan is stopped by\n"
-	"the preload with status 3.\n",
+	"decode window, or an error writing DIR; 1 too when a live writer holds the\n"
+	"log.  Online, moeft becomes CMD, whose status it is; moeft's own are those\n"
+	"above (1: not started, the state is not whole or the log is held; 2: not\n"
+	"started, the preload or the environment would not restore), and restore\n"
+	"mode stops a CMD that cannot take the plan (another layout, a log it\n"
+	"cannot open, a copy that fails) with status 3.\n",
 	.run = restore,
 };

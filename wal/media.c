@@ -478,3 +478,15 @@ void media_persist(const struct media *m, const void *p, size_t len)
 	atomic_thread_fence(memory_order_release);
 }
 #endif
+
+int media_writer_alive(const char *path, struct wal_error *err)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), alive;
+
+	if (fd < 0)
+		return wal_fail(err, WAL_EIO, "%s: %s", path, strerror(errno));
+	/* A shared lock is refused while the writer's exclusive one is held. */
+	alive = flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK;
+	close(fd);
+	return alive;
+}

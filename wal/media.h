@@ -49,6 +49,11 @@ int media_open(struct media *m, const char *path, int mode, uint64_t size,
 	       int numa_node, unsigned flags, struct wal_error *err);
 void media_close(struct media *m);
 
+/* Whether a writer holds the medium at path now (the lock media_open
+ * takes for one): 1 or 0, or a negative wal_status with err filled when
+ * path cannot be opened.  A restore must not race a log's live writer. */
+int media_writer_alive(const char *path, struct wal_error *err);
+
 /*
  * MEDIA_PARTS: map [off, off+len) of the file (off page-aligned) the way
  * its first part is mapped, bound to the same NUMA node; unmap it with

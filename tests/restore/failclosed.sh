@@ -1,0 +1,122 @@
+#!/bin/sh
+# failclosed.sh - restore fails closed: a command is told to resume only by
+# the preload, once the preload has taken the restore plan, and
+# `moeft restore -- CMD` starts nothing it cannot restore.  Each case must
+# end with a non-zero status, a message naming the cause, and no output of
+# the command (it did not resume on zeroed KV):
+#   MOEFT_DISABLE=1, a bad MOEFT_* value, a log held by a live writer (an
+#   offline restore refuses it too), a --preload that is no moeft library
+#   (CMD not started; and the preload
+#   itself refuses, status 3, when CMD is started without moeft restore's
+#   checks); the KV store gone (status 1, CMD not started); a damaged
+#   commit word (verify exits 1: restore must not exit 0, offline or
+#   online).
+#
+# Usage: failclosed.sh MOEFT LIBMOEFT SERVE
+set -u
+
+moeft=$1 lib=$2 serve=$3
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+fail() {
+	echo "restore failclosed.sh: $*" >&2
+	exit 1
+}
+
+# The crashed process: a finished run stands in for it.
+MOEFT_WAL="$dir/w.wal" LD_PRELOAD="$lib" "$serve" --steps=40 --journal="$dir/j" \
+	>/dev/null || fail "the first run failed"
+
+# fresh NAME: a copy of the crashed process's log, store and journal.
+fresh() {
+	cp "$dir/w.wal" "$dir/$1.wal"
+	cp "$dir/w.wal.kv" "$dir/$1.wal.kv"
+	cp "$dir/j" "$dir/j.$1"
+}
+
+# refused NAME STATUS MESSAGE [VAR=VALUE...] -- [RESTORE-OPTIONS]: moeft
+# restore of NAME's log with the variables set ends with STATUS, MESSAGE
+# on stderr, and the command printed nothing.
+refused() {
+	name=$1 want=$2 msg=$3
+	shift 3
+	vars=""
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do
+		vars="$vars $1"
+		shift
+	done
+	shift
+	# shellcheck disable=SC2086 # $vars are words
+	env $vars "$moeft" restore --wal "$dir/$name.wal" "$@" -- "$serve" --steps=40 \
+		--journal="$dir/j.$name" >"$dir/$name.out" 2>"$dir/$name.err"
+	status=$?
+	[ "$status" = "$want" ] || fail "$name: exit $status, want $want: $(cat "$dir/$name.err")"
+	grep -qF -- "$msg" "$dir/$name.err" || fail "$name: no '$msg' in: $(cat "$dir/$name.err")"
+	[ -s "$dir/$name.out" ] && fail "$name: the command printed $(cat "$dir/$name.out")"
+	return 0
+}
+
+# 1. What would keep the preload from restoring is refused before CMD runs.
+fresh disable
+refused disable 2 "MOEFT_DISABLE=1 keeps the preload off" MOEFT_DISABLE=1 -- --preload "$lib"
+fresh badvar
+refused badvar 2 "MOEFT_WINDOW" MOEFT_WINDOW=0 -- --preload "$lib"
+fresh held
+flock -x -F "$dir/held.wal" sleep 30 &
+holder=$!
+sleep 0.2
+refused held 1 "in use by another writer" -- --preload "$lib"
+"$moeft" restore --wal "$dir/held.wal" --out "$dir/held.restore" >/dev/null 2>"$dir/held.off"
+status=$?
+[ "$status" = 1 ] && grep -q "in use by another writer" "$dir/held.off" ||
+	fail "held: the offline restore exits $status: $(cat "$dir/held.off")"
+[ -e "$dir/held.restore" ] && fail "held: the offline restore wrote $dir/held.restore"
+kill "$holder"
+wait "$holder" 2>/dev/null
+fresh notlib
+refused notlib 2 "not a moeft preload library" -- --preload "$(command -v sh)"
+fresh libc
+refused libc 2 "not a moeft preload library" -- --preload \
+	"$(gcc -print-file-name=libc.so.6)"
+
+# ... and the preload refuses by itself (status 3) when a command comes to
+# it in restore mode with what moeft restore would have refused.
+fresh direct
+"$moeft" restore --wal "$dir/direct.wal" --out "$dir/direct.restore" >/dev/null 2>&1 ||
+	fail "direct: the offline restore failed"
+for vars in MOEFT_DISABLE=1 MOEFT_WINDOW=0; do
+	env MOEFT_WAL="$dir/direct.wal" MOEFT_RESTORE="$dir/direct.restore/plan" "$vars" \
+		LD_PRELOAD="$lib" "$serve" --steps=40 --journal="$dir/j.direct" \
+		>"$dir/direct.out" 2>"$dir/direct.err"
+	status=$?
+	[ "$status" = 3 ] || fail "direct $vars: exit $status, want 3: $(cat "$dir/direct.err")"
+	grep -q "restore: .*${vars%%=*}" "$dir/direct.err" ||
+		fail "direct $vars: $(cat "$dir/direct.err")"
+	[ -s "$dir/direct.out" ] && fail "direct $vars: the command printed"
+done
+# Without the preload nothing tells the command to resume: it starts over
+# and ends as a run without moeft does (a wrong output would mean it
+# resumed on KV nobody restored).
+MOEFT_RESTORE="$dir/direct.restore/plan" "$serve" --steps=40 --journal="$dir/j.direct" \
+	>"$dir/nopreload.out" 2>"$dir/nopreload.err" || fail "no preload: exit $?"
+"$serve" --steps=40 >"$dir/plain"
+cmp -s "$dir/nopreload.out" "$dir/plain" || fail "no preload: the command resumed"
+
+# 2. The KV store gone: status 1, the command not started.
+fresh nokv
+rm "$dir/nokv.wal.kv"
+refused nokv 1 "nokv.wal.kv does not exist" -- --preload "$lib"
+
+# 3. A damaged commit word (its check bits): verify exits 1, and so does
+# restore, offline and online.
+fresh word
+printf '\377' | dd of="$dir/word.wal" bs=1 seek=647 conv=notrunc 2>/dev/null
+"$moeft" verify --wal "$dir/word.wal" >/dev/null 2>&1
+[ $? = 1 ] || fail "word: verify does not see the damage"
+"$moeft" restore --wal "$dir/word.wal" --out "$dir/word.restore" >/dev/null 2>"$dir/word.off"
+[ $? = 1 ] || fail "word: the offline restore exits $?, want 1: $(cat "$dir/word.off")"
+refused word 1 "damage" -- --preload "$lib"
+
+echo "restore failclosed.sh: disabled, bad variable, live writer, no preload library," \
+	"the preload's own refusals, no KV store, damaged commit word: ok"
