@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "diag.h"
+#include "format.h"
 #include "record.h"
 #include "window.h"
 
@@ -31,6 +32,7 @@ struct window_asm {
 	uint8_t *buf;
 	size_t len, cap;
 	uint32_t records, tokens, flags;
+	uint64_t staged;         /* KV chunks the last snapshot staged */
 	unsigned nlanes;
 	struct lane_step lanes[MAX_LANES];
 	struct {
@@ -186,6 +188,7 @@ static uint32_t put_chunks(struct window_asm *wa, uint64_t window, uint64_t last
 	t = (const struct kv_stage_entry *)((const uint8_t *)s + s->table_off);
 	data = (const uint8_t *)s + s->data_off;
 	n = s->entries < s->max_entries ? s->entries : s->max_entries;
+	wa->staged = n;
 	if (s->overflow)
 		wa->flags |= WINDOW_KV_PARTIAL;
 	for (i = 0; i < n; i++) {
@@ -209,6 +212,53 @@ static uint32_t put_chunks(struct window_asm *wa, uint64_t window, uint64_t last
 		ADD(kv_bytes, e.bytes);
 	}
 	return logged;
+}
+
+/* The ring bytes a window of kvrefs KV references and the routing held in
+ * wa->buf takes, its WINDOW record included. */
+static uint64_t window_bytes(const struct window_asm *wa, uint64_t kvrefs)
+{
+	uint64_t bytes = kvrefs * rec_size(KVREF_PAYLOAD_SIZE) +
+			 rec_size(WINDOW_FIXED_SIZE + WINDOW_STEPS_SIZE);
+	size_t off;
+
+	for (off = 0; off < wa->len;) {
+		uint32_t plen;
+
+		memcpy(&plen, wa->buf + off, 4);
+		bytes += rec_size(plen);
+		off += 4 + (size_t)plen;
+	}
+	return bytes;
+}
+
+#define MiB (UINT64_C(1) << 20)
+
+/*
+ * A window the log cannot take.  When the log is full even after reclaiming
+ * everything but the last committed window, windows of this size will
+ * never commit: say which settings to change, and by how much (a log holds
+ * the window kept for restore, the one being committed and the allocation
+ * windows between them, so three of these fit the one suggested).
+ */
+static void say_not_committed(const struct window_asm *wa, uint64_t end, int64_t r,
+			      const struct wal_stats *st, uint64_t kvrefs)
+{
+	uint64_t need = window_bytes(wa, kvrefs), want;
+
+	if (r != WAL_EFULL) {
+		wal_logf(WAL_LOG_ERROR, "cannot commit the window of steps %llu-%llu: %s",
+			 (unsigned long long)wa->first, (unsigned long long)end - 1,
+			 wal_strerror((int)r));
+		return;
+	}
+	want = (st->size - st->capacity + 3 * need + MiB - 1) / MiB;
+	wal_logf(WAL_LOG_ERROR, "cannot commit the window of steps %llu-%llu: its %llu bytes of "
+		 "records do not fit the log's ring of %llu bytes beside the last committed "
+		 "window; no decode window commits until MOEFT_WAL_SIZE is raised (to at least "
+		 "%llu MiB) or MOEFT_WINDOW lowered", (unsigned long long)wa->first,
+		 (unsigned long long)end - 1, (unsigned long long)need,
+		 (unsigned long long)st->capacity, (unsigned long long)want);
 }
 
 static void commit(struct window_asm *wa, uint64_t end)
@@ -242,9 +292,7 @@ static void commit(struct window_asm *wa, uint64_t end)
 	pthread_mutex_unlock(wa->sink.log_lock);
 	if (r < 0) {
 		if (!LD(failures))
-			wal_logf(WAL_LOG_ERROR, "cannot commit the window of steps %llu-%llu: %s",
-				 (unsigned long long)wa->first, (unsigned long long)end - 1,
-				 wal_strerror((int)r));
+			say_not_committed(wa, end, r, &st, wa->staged);
 		ADD(failures, 1);
 	} else {
 		ADD(windows, 1);

@@ -109,6 +109,15 @@ MOEFT_WAL="$dir/full.wal" MOEFT_WAL_SIZE=1M MOEFT_WINDOW=64 LD_PRELOAD="$lib" \
 cmp -s "$dir/plain-big" "$dir/full" || fail "full log: output differs"
 [ "$(grep -c 'cannot commit the window of steps 0-63' "$dir/full.err")" = 1 ] ||
 	fail "full log: want one 'cannot commit' line, got: $(cat "$dir/full.err")"
+# ... and that line names the settings to change (issue 13, point 7).
+grep -q 'no decode window commits until MOEFT_WAL_SIZE is raised (to at least [0-9]* MiB) or MOEFT_WINDOW lowered' \
+	"$dir/full.err" || fail "full log: the line names no setting: $(cat "$dir/full.err")"
+# With the size it suggests, the windows commit.
+size=$(sed -n 's/.*MOEFT_WAL_SIZE is raised (to at least \([0-9]*\) MiB).*/\1/p' "$dir/full.err")
+MOEFT_WAL="$dir/fits.wal" MOEFT_WAL_SIZE="${size}M" MOEFT_WINDOW=64 LD_PRELOAD="$lib" \
+	"$serve" $args >"$dir/fits" 2>"$dir/fits.err" || fail "suggested size: run failed"
+grep -q 'cannot commit' "$dir/fits.err" &&
+	fail "suggested size ${size}M: windows still fail: $(cat "$dir/fits.err")"
 # Pinned memory short of the KV pools' 17 MiB (the fixture refuses pinned
 # allocations over 5 MiB; the ring takes 4): the staging is halved until
 # the driver gives it (one warning), the program runs on unchanged, and
