@@ -47,6 +47,7 @@
 struct image {
 	char file[32];
 	uint32_t crc;
+	uint64_t stored, stored_bytes;  /* chunks, bytes from the store */
 	uint64_t *lost;
 	size_t nlost, lostcap;
 };
@@ -60,6 +61,7 @@ struct restore {
 	struct state s;
 	struct image *img;              /* per s.pool */
 	uint64_t bytes, chunks, lost, routing;
+	uint64_t stored, stored_bytes;  /* of those: from the store (the rest: zeros) */
 	unsigned lost_named;            /* under lock, with done and shown */
 	pthread_mutex_t lock;           /* the image writers' shared lines */
 	char problem[MAX_PROBLEMS][192];/* why the exit status is 1 */
@@ -292,6 +294,8 @@ static int write_image(struct restore *rs, const struct state_pool *p, struct im
 			im->crc = crc32c_combine(im->crc, crc, len);
 			if (pwrite_all(fileno(f), data, len, c * p->info.d.chunk_bytes) < 0)
 				err = errno ? errno : EIO;
+			im->stored++;
+			im->stored_bytes += len;
 			continue;
 		}
 		if (kind == STATE_CHUNK_LOST && add_lost(rs, im, p, c, why) < 0)
@@ -351,6 +355,8 @@ static int write_images(struct restore *rs)
 		rs->bytes += rs->s.pool[i].info.d.size;
 		rs->chunks += rs->s.pool[i].info.nchunks;
 		rs->lost += rs->img[i].nlost;
+		rs->stored += rs->img[i].stored;
+		rs->stored_bytes += rs->img[i].stored_bytes;
 	}
 	return atomic_load(&j.ret);
 }
@@ -431,6 +437,7 @@ static void pools_json(struct json *j, const struct restore *rs)
 		json_kv_u64(j, "ordinal", p->info.d.ordinal);
 		json_kv_u64(j, "chunk_bytes", p->info.d.chunk_bytes);
 		json_kv_u64(j, "chunks", p->info.nchunks);
+		json_kv_u64(j, "stored_chunks", im->stored);
 		json_kv_str(j, "file", im->file);
 		kv_hex(j, "crc32c", 8, im->crc);
 		json_key(j, "lost_chunks");
@@ -631,7 +638,7 @@ static void summary(const struct restore *rs, double seconds)
 	const struct state *s = &rs->s;
 	uint64_t last = s->cs.first_step + s->cs.steps - 1;
 	double mbs = seconds > 0 ? (double)rs->bytes / seconds / 1e6 : 0;
-	char b[32];
+	char b[32], st[32];
 
 	if (rs->json) {
 		struct json j;
@@ -648,6 +655,9 @@ static void summary(const struct restore *rs, double seconds)
 		json_kv_u64(&j, "bytes", rs->bytes);
 		json_kv_u64(&j, "chunks", rs->chunks);
 		json_kv_u64(&j, "lost_chunks", rs->lost);
+		json_kv_u64(&j, "stored_chunks", rs->stored);
+		json_kv_u64(&j, "stored_bytes", rs->stored_bytes);
+		json_kv_u64(&j, "zero_chunks", rs->chunks - rs->stored - rs->lost);
 		json_kv_u64(&j, "routing_records", rs->routing);
 		json_kv_bool(&j, "history_complete", s->history_complete);
 		json_kv_double(&j, "seconds", seconds);
@@ -659,11 +669,12 @@ static void summary(const struct restore *rs, double seconds)
 	for (unsigned i = 0; i < rs->nproblem; i++)
 		fprintf(stderr, "moeft restore: %s\n", rs->problem[i]);
 	fprintf(stderr, "moeft restore: window %" PRIu64 " (steps %" PRIu64 "-%" PRIu64 "), resume "
-		"at step %" PRIu64 ": %u KV pool%s, %s in %" PRIu64 " chunks, %" PRIu64 " lost; %"
-		PRIu64 " routing records; %.3f s, %.0f MB/s -> %s\n", s->c->id, s->cs.first_step,
-		last, last + 1, s->npools, s->npools == 1 ? "" : "s",
-		cli_fmt_bytes(b, sizeof b, rs->bytes), rs->chunks, rs->lost, rs->routing, seconds,
-		mbs, rs->out);
+		"at step %" PRIu64 ": %u KV pool%s of %s in %" PRIu64 " chunks: %s from the store in %"
+		PRIu64 ", %" PRIu64 " never written (zeros), %" PRIu64 " lost; %" PRIu64 " routing "
+		"records; %.3f s, %.0f MB/s -> %s\n", s->c->id, s->cs.first_step, last, last + 1,
+		s->npools, s->npools == 1 ? "" : "s", cli_fmt_bytes(b, sizeof b, rs->bytes),
+		rs->chunks, cli_fmt_bytes(st, sizeof st, rs->stored_bytes), rs->stored,
+		rs->chunks - rs->stored - rs->lost, rs->lost, rs->routing, seconds, mbs, rs->out);
 }
 
 /* A log the preload will take over as blank (its process died before it
