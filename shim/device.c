@@ -52,17 +52,19 @@ static CUresult load(const void *const images[], unsigned nimages, const char *c
 			break;
 	if (r != CUDA_SUCCESS)
 		return r;
-	/* Drivers before 12.4 cannot tell the sizes: trust the image then. */
+	/* A driver that cannot tell the sizes (before 12.4, or not for this
+	 * image): trust the image then. */
 	REAL(param, cuFuncGetParamInfo);
 	for (i = 0; i < n; i++) {
 		*what = "cuModuleGetFunction";
 		if ((r = get(&f, m, names[i])) != CUDA_SUCCESS)
 			return r;
 		*what = "cuFuncGetParamInfo";
-		if (param && (r = param(f, 0, &off, &size)) != CUDA_SUCCESS)
-			return r;
-		if (param && size != sizes[i])
+		r = param ? param(f, 0, &off, &size) : CUDA_ERROR_NOT_SUPPORTED;
+		if (r == CUDA_SUCCESS && size != sizes[i])
 			return CUDA_ERROR_INVALID_IMAGE;
+		if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_SUPPORTED)
+			return r;
 		fns[i] = f;
 	}
 	return CUDA_SUCCESS;

@@ -118,6 +118,18 @@ MOEFT_WAL="$dir/fits.wal" MOEFT_WAL_SIZE="${size}M" MOEFT_WINDOW=64 LD_PRELOAD="
 	"$serve" $args >"$dir/fits" 2>"$dir/fits.err" || fail "suggested size: run failed"
 grep -q 'cannot commit' "$dir/fits.err" &&
 	fail "suggested size ${size}M: windows still fail: $(cat "$dir/fits.err")"
+# A driver that cannot tell parameter sizes: no rule is evaluated on a
+# kernel it owns (it could read past a parameter): one warning per such
+# kernel, nothing captured or hit, the program runs on unchanged.
+args="--steps=20"
+"$serve" $args >"$dir/plain-noparam"
+FIXTURE_NO_PARAM_INFO=1 MOEFT_LOG=info MOEFT_WAL="$dir/noparam.wal" LD_PRELOAD="$lib" \
+	"$serve" $args >"$dir/noparam" 2>"$dir/noparam.err" || fail "no param info: run failed"
+cmp -s "$dir/plain-noparam" "$dir/noparam" || fail "no param info: output differs"
+grep -q 'topkGating.*does not report its parameter sizes; it is not evaluated' \
+	"$dir/noparam.err" || fail "no param info: no warning: $(cat "$dir/noparam.err")"
+grep -q 'summary: .* matched=0 rule_hits=0 captured=0 ' "$dir/noparam.err" ||
+	fail "no param info: $(grep summary "$dir/noparam.err")"
 # Pinned memory short of the KV pools' 17 MiB (the fixture refuses pinned
 # allocations over 5 MiB; the ring takes 4): the staging is halved until
 # the driver gives it (one warning), the program runs on unchanged, and
