@@ -84,13 +84,12 @@ int cli_fail(const struct cli_command *cmd, int json, int code, const char *fmt,
 void cli_default_path(char *buf, size_t len, const char *name);
 
 /*
- * Get `path` ready to receive a fresh log and set *flags for wal_open().
- * Never destroys data that is not a moeft log: a regular file must be
- * missing, empty or a moeft log (which is removed, so the new log gets
- * the requested size); a device is formatted only if it holds a log
- * (wal_open formats a blank one itself).  0, or -1 with msg set.
+ * May a fresh log (or KV store) be made at `path`?  Never over data: it
+ * must be missing, an empty regular file, or a device-DAX node that holds
+ * no log (wal_open formats a blank one and refuses anything else); a log
+ * or KV store is refused by guard.h's rule.  0, or -1 with msg set.
  */
-int cli_prepare_fresh_log(const char *path, unsigned *flags, char *msg, size_t len);
+int cli_fresh_path(const char *path, char *msg, size_t len);
 
 /* Remove a directory and everything under it (rm -rf), errors ignored. */
 void cli_rm_tree(const char *dir);

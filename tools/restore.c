@@ -27,6 +27,7 @@
 #include "blank.h"
 #include "cli.h"
 #include "crc32c.h"
+#include "guard.h"
 #include "json.h"
 #include "launch.h"
 #include "plan.h"
@@ -124,16 +125,31 @@ static int has_manifest(int dir)
 	return n == (ssize_t)sizeof head && !memcmp(head, MANIFEST_HEAD, sizeof head);
 }
 
+/* A file of the directory that restore may replace or remove, by
+ * guard.h's rule (the log read among them); 0, or the failure reported. */
+static int may_replace(struct restore *rs, const struct stat *log, const char *name)
+{
+	char path[PATH_MAX], msg[PATH_MAX + 128];
+
+	if (snprintf(path, sizeof path, "%s/%s", rs->out, name) >= (int)sizeof path)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: path too long", rs->out);
+	if (guard_check(path, log, msg, sizeof msg) < 0)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s", msg);
+	return 0;
+}
+
 /*
  * Open --out, creating it when missing.  A directory that holds anything
  * else than what a restore writes is refused unless it holds a restore's
- * manifest.json: a restore never writes over files it did not make.
+ * manifest.json: a restore never writes over files it did not make.  Nor
+ * over a moeft log or KV store, or the log it reads, whatever their names.
  */
 static int open_out(struct restore *rs)
 {
 	struct dirent *e;
+	struct stat log;
 	DIR *d;
-	int fd, tmp, foreign = 0;
+	int fd, tmp, foreign = 0, ret = 0;
 
 	if (mkdir(rs->out, 0700) < 0 && errno != EEXIST)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: cannot create it: %s",
@@ -147,10 +163,17 @@ static int open_out(struct restore *rs)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
 				strerror(errno));
 	}
-	while ((e = readdir(d)))
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && !ours(e->d_name, &tmp))
+	while (!ret && (e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (!ours(e->d_name, &tmp))
 			foreign = 1;
+		else
+			ret = may_replace(rs, stat(rs->wal, &log) == 0 ? &log : NULL, e->d_name);
+	}
 	closedir(d);
+	if (ret)
+		return ret;
 	if (foreign && !has_manifest(rs->dir))
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: not empty, and not the "
 				"output of an earlier restore (no manifest.json of one); refusing to "
