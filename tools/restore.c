@@ -64,6 +64,8 @@ struct restore {
 	char problem[MAX_PROBLEMS][192];/* why the exit status is 1 */
 	unsigned nproblem;
 	int quiet;                      /* no summary (restore_offline) */
+	char (*listed)[32];             /* images the earlier restore's manifest lists */
+	size_t nlisted;
 	/* The progress line on a terminal: bytes in all, done, last shown. */
 	uint64_t total, done, shown;
 	double load_s, images_s;        /* what the parts took (restore.h) */
@@ -125,6 +127,66 @@ static int has_manifest(int dir)
 	return n == (ssize_t)sizeof head && !memcmp(head, MANIFEST_HEAD, sizeof head);
 }
 
+/* The largest manifest.json read back: far more than one of 64K pools. */
+#define MANIFEST_MAX (UINT64_C(64) << 20)
+
+/*
+ * The images (kv-pool-N.bin) that the manifest.json of an earlier restore
+ * lists, into rs->listed: those, and no other file of that name, are a
+ * later restore's to remove.  json.c writes a key and its string value as
+ * "file":"VALUE", a sequence that cannot occur inside a string, where every
+ * quote is escaped.  0, or -1 with errno set.
+ */
+static int read_listed(struct restore *rs)
+{
+	static const char key[] = "\"file\":\"";
+	int fd = openat(rs->dir, MANIFEST, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), tmp, ret = -1;
+	char *text = NULL, *p, *end;
+	struct stat st;
+	ssize_t n;
+
+	if (fd < 0 || fstat(fd, &st) < 0)
+		goto out;
+	if ((uint64_t)st.st_size > MANIFEST_MAX) {
+		errno = EFBIG;
+		goto out;
+	}
+	if (!(text = malloc((size_t)st.st_size + 1)) ||
+	    (n = pread(fd, text, (size_t)st.st_size, 0)) < 0)
+		goto out;
+	text[n] = '\0';
+	for (p = text; (p = strstr(p, key)); p = end) {
+		p += sizeof key - 1;
+		if (!(end = strchr(p, '"')))
+			break;
+		*end++ = '\0';
+		if (!ours(p, &tmp) || tmp || strncmp(p, "kv-pool-", 8))
+			continue;
+		if (!(rs->nlisted & (rs->nlisted + 1))) {	/* 0, 1, 3, 7, ...: full */
+			char (*l)[32] = realloc(rs->listed, (rs->nlisted * 2 + 1) * sizeof *l);
+
+			if (!l)
+				goto out;
+			rs->listed = l;
+		}
+		snprintf(rs->listed[rs->nlisted++], sizeof *rs->listed, "%s", p);
+	}
+	ret = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(text);
+	return ret;
+}
+
+static int is_listed(const struct restore *rs, const char *name)
+{
+	for (size_t i = 0; i < rs->nlisted; i++)
+		if (!strcmp(rs->listed[i], name))
+			return 1;
+	return 0;
+}
+
 /* A file of the directory that restore may replace or remove, by
  * guard.h's rule (the log read among them); 0, or the failure reported. */
 static int may_replace(struct restore *rs, const struct stat *log, const char *name)
@@ -174,10 +236,15 @@ static int open_out(struct restore *rs)
 	closedir(d);
 	if (ret)
 		return ret;
-	if (foreign && !has_manifest(rs->dir))
-		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: not empty, and not the "
-				"output of an earlier restore (no manifest.json of one); refusing to "
-				"write into it", rs->out);
+	if (!has_manifest(rs->dir)) {
+		if (foreign)
+			return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: not empty, and "
+					"not the output of an earlier restore (no manifest.json of "
+					"one); refusing to write into it", rs->out);
+	} else if (read_listed(rs) < 0) {
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s/%s: cannot read it: %s",
+				rs->out, MANIFEST, strerror(errno));
+	}
 	return 0;
 }
 
@@ -586,8 +653,12 @@ static int write_manifest(struct restore *rs)
 	return tmp_commit(rs, f, tmp, MANIFEST, 0);
 }
 
-/* After the manifest: the images of pools an earlier restore had and this
- * one has not, and temporary files a killed restore left. */
+/*
+ * After the manifest: the images of pools the earlier restore's manifest
+ * listed and this restore has not, and the temporary files (NAME.tmp, a
+ * restore's own names) a killed restore left.  A kv-pool-N.bin that no
+ * manifest listed is not restore's: it stays.
+ */
 static void remove_stale(struct restore *rs)
 {
 	struct dirent *e;
@@ -605,7 +676,7 @@ static void remove_stale(struct restore *rs)
 
 		if (!ours(e->d_name, &tmp))
 			continue;
-		keep = !tmp && strncmp(e->d_name, "kv-pool-", 8) != 0;
+		keep = !tmp && (strncmp(e->d_name, "kv-pool-", 8) || !is_listed(rs, e->d_name));
 		for (unsigned i = 0; !tmp && i < rs->s.npools && !keep; i++)
 			keep = !strcmp(e->d_name, rs->img[i].file);
 		if (!keep)
@@ -808,6 +879,7 @@ static void restore_free(struct restore *rs)
 	for (unsigned i = 0; rs->img && i < rs->s.npools; i++)
 		free(rs->img[i].lost);
 	free(rs->img);
+	free(rs->listed);
 	if (rs->dir >= 0)
 		close(rs->dir);
 	state_free(&rs->s);

@@ -11,7 +11,7 @@
 # stdout, L, L.kv and the copy byte for byte as before and L verifying.
 # Then what may be written still is: bench wal on a new path (removed
 # afterwards) and on an empty file (emptied again), a restore twice into
-# one directory.
+# one directory; and a restore there removes only what a restore wrote.
 set -eu
 
 moeft=$(realpath "$1") forged=$(realpath "$2")
@@ -96,4 +96,16 @@ for i in 1 2; do
 	"$moeft" restore --wal "$L" --out "$dir/ok" 2>"$dir/stderr" ||
 		fail "restore $i: $(cat "$dir/stderr")"
 done
+
+# restore removes only what a restore wrote: a user's kv-pool-9.bin stays,
+# an image the earlier manifest lists and this restore has not goes, one it
+# has is written afresh.
+printf 'mine\n' >"$dir/ok/kv-pool-9.bin"
+sed -i 's/"file":"kv-pool-0.bin"/"file":"kv-pool-5.bin"/' "$dir/ok/manifest.json"
+mv "$dir/ok/kv-pool-0.bin" "$dir/ok/kv-pool-5.bin"
+"$moeft" restore --wal "$L" --out "$dir/ok" 2>"$dir/stderr" ||
+	fail "restore beside a user's files: $(cat "$dir/stderr")"
+[ "$(cat "$dir/ok/kv-pool-9.bin")" = mine ] || fail "restore removed a user's kv-pool-9.bin"
+[ ! -e "$dir/ok/kv-pool-5.bin" ] || fail "restore left the image its manifest listed"
+[ -s "$dir/ok/kv-pool-0.bin" ] || fail "restore did not write kv-pool-0.bin"
 echo "clobber.sh: ok"
