@@ -523,9 +523,7 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 	while ((c = cli_getopt(&o, argc, argv, opts)) != -1) {
 		switch (c) {
 		case 'w':
-			if (strlen(optarg) >= sizeof path || !*optarg)
-				cli_usage_error(&o, "--wal: path is empty or too long");
-			else
+			if (cli_path_opt(&o, "--wal", optarg, sizeof path) == 0)
 				strcpy(path, optarg);
 			break;
 		case 's': cli_parse_double(&o, "--seconds", optarg, 0.01, 60, &seconds); break;

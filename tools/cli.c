@@ -3,6 +3,8 @@
  */
 #include <errno.h>
 #include <ftw.h>
+#include <libgen.h>
+#include <limits.h>
 #include <math.h>
 #include <pwd.h>
 #include <stdarg.h>
@@ -174,6 +176,20 @@ int cli_parse_double(struct cli_opts *o, const char *opt, const char *text,
 	return 0;
 }
 
+int cli_path_opt(struct cli_opts *o, const char *opt, const char *path, size_t max)
+{
+	size_t n = strlen(path);
+
+	if (!max)
+		max = PATH_MAX;
+	if (!n)
+		cli_usage_error(o, "%s: the path is empty", opt);
+	else if (n >= max)
+		cli_usage_error(o, "%s: the path is too long (%zu bytes, at most %zu)", opt, n,
+				max - 1);
+	return n && n < max ? 0 : -1;
+}
+
 void cli_print_usage(const struct cli_command *cmd, FILE *f)
 {
 	fputs(cmd->usage, f);
@@ -242,6 +258,12 @@ int cli_fresh_path(const char *path, char *msg, size_t len)
 	else
 		snprintf(msg, len, "%s: not a regular file or a device-DAX node", path);
 	return -1;
+}
+
+const char *cli_parent(char *buf, size_t len, const char *path)
+{
+	snprintf(buf, len, "%s", path);
+	return dirname(buf);
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)

@@ -62,6 +62,10 @@ int cli_parse_u64(struct cli_opts *o, const char *opt, const char *text,
 int cli_parse_double(struct cli_opts *o, const char *opt, const char *text,
 		     double min, double max, double *out);
 
+/* The path given to option `opt` (e.g. "--wal"): a usage error is recorded
+ * when it is empty or `max` bytes or longer (0: PATH_MAX).  0 or -1. */
+int cli_path_opt(struct cli_opts *o, const char *opt, const char *path, size_t max);
+
 /* Record a usage error (printf-style) unless one is recorded already. */
 void cli_usage_error(struct cli_opts *o, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -90,6 +94,10 @@ void cli_default_path(char *buf, size_t len, const char *name);
  * or KV store is refused by guard.h's rule.  0, or -1 with msg set.
  */
 int cli_fresh_path(const char *path, char *msg, size_t len);
+
+/* The directory `path` is in ("." for a bare name, trailing slashes
+ * ignored), copied into buf: dirname(3) without touching `path`. */
+const char *cli_parent(char *buf, size_t len, const char *path);
 
 /* Remove a directory and everything under it (rm -rf), errors ignored. */
 void cli_rm_tree(const char *dir);

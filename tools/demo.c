@@ -91,18 +91,15 @@ static void default_serve(struct cli_opts *o, struct demo *d)
 /* --wal PATH: a file the preload can create afresh, kept afterwards. */
 static void check_wal(struct cli_opts *o, struct demo *d, const char *path)
 {
-	char msg[PATH_MAX + 128], dir[PATH_MAX], kv[PATH_MAX];
-	const char *slash = strrchr(path, '/');
+	char msg[PATH_MAX + 128], buf[PATH_MAX], kv[PATH_MAX];
+	const char *dir;
 	struct stat st;
 
-	/* its directory: "." without a slash, "/" for /NAME */
-	snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
-		 slash ? path : ".");
-	if (!*path)
-		cli_usage_error(o, "--wal: the path is empty");
-	else if (strlen(path) >= sizeof d->wal || kvs_path(path, kv, sizeof kv) < 0)
-		cli_usage_error(o, "--wal: the path is too long");
-	else if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+	if (cli_path_opt(o, "--wal", path, sizeof kv - 3) < 0 ||
+	    kvs_path(path, kv, sizeof kv) < 0)
+		return;
+	dir = cli_parent(buf, sizeof buf, path);
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
 		cli_usage_error(o, "--wal %s: no such directory: %s", path, dir);
 	else if (cli_fresh_path(path, msg, sizeof msg) < 0)
 		cli_usage_error(o, "--wal %s", msg);

@@ -212,10 +212,17 @@ static int open_out(struct restore *rs)
 	struct stat log;
 	DIR *d;
 	int fd, tmp, foreign = 0, ret = 0;
+	char parent[PATH_MAX];
 
-	if (mkdir(rs->out, 0700) < 0 && errno != EEXIST)
+	/* DIR itself is made, never its parents: a typo makes no tree */
+	if (mkdir(rs->out, 0700) < 0 && errno != EEXIST) {
+		if (errno == ENOENT)
+			return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: no such directory: "
+					"%s (moeft makes DIR, not its parents)", rs->out,
+					cli_parent(parent, sizeof parent, rs->out));
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: cannot create it: %s",
 				rs->out, strerror(errno));
+	}
 	if ((rs->dir = open(rs->out, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
 				errno == ENOTDIR ? "not a directory" : strerror(errno));
@@ -935,11 +942,11 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 				argv[optind]);
 	if (!rs.wal)
 		cli_usage_error(&o, "--wal PATH is required");
-	else if (!*rs.wal)
-		cli_usage_error(&o, "--wal: the path is empty");
-	if (rs.out && !*rs.out)
-		cli_usage_error(&o, "--out: the path is empty");
-	else if (!rs.out && !rs.cmdv)
+	else
+		cli_path_opt(&o, "--wal", rs.wal, sizeof out - sizeof ".restore" + 1);
+	if (rs.out)
+		cli_path_opt(&o, "--out", rs.out, 0);
+	else if (!rs.cmdv)
 		cli_usage_error(&o, "--out DIR is required (or a command after \"--\")");
 	if (!rs.cmdv && (lib || fresh))
 		cli_usage_error(&o, "--%s needs a command after \"--\"", lib ? "preload" : "force-fresh");
@@ -963,8 +970,7 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 		fresh = 2;
 	}
 	if (rs.cmdv && !rs.out) {
-		if (snprintf(out, sizeof out, "%s.restore", rs.wal) >= (int)sizeof out)
-			return cli_fail(cmd, rs.json, EXIT_USAGE, "--wal %s: path too long", rs.wal);
+		snprintf(out, sizeof out, "%s.restore", rs.wal);	/* fits: cli_path_opt */
 		rs.out = out;
 	}
 
@@ -982,10 +988,11 @@ const struct cli_command cmd_restore = {
 	"                     [--json] -- CMD [ARGS...]\n"
 	"\n"
 	"Read the log at PATH and its KV store (PATH.kv) and write the state of the\n"
-	"last committed decode window into DIR (created when missing): one image per\n"
-	"KV pool (kv-pool-N.bin), the routing of the decode windows (routing.bin) and\n"
-	"manifest.json, which says what they are (README, \"Restore output\").  DIR\n"
-	"must be empty or hold an earlier restore's output, which is replaced.\n"
+	"last committed decode window into DIR (created when missing, but not its\n"
+	"parents): one image per KV pool (kv-pool-N.bin), the routing of the decode\n"
+	"windows (routing.bin) and manifest.json, which says what they are (README,\n"
+	"\"Restore output\").  DIR must be empty or hold an earlier restore's output,\n"
+	"which is replaced; a moeft log or KV store there is never written over.\n"
 	"No GPU is needed.\n"
 	"\n"
 	"With a command after \"--\", the restore is online: the state is written\n"
