@@ -209,7 +209,7 @@ static int may_replace(struct restore *rs, const struct stat *log, const char *n
 static int open_out(struct restore *rs)
 {
 	struct dirent *e;
-	struct stat log;
+	struct stat log, *in;
 	DIR *d;
 	int fd, tmp, foreign = 0, ret = 0;
 	char parent[PATH_MAX];
@@ -217,9 +217,9 @@ static int open_out(struct restore *rs)
 	/* DIR itself is made, never its parents: a typo makes no tree */
 	if (mkdir(rs->out, 0700) < 0 && errno != EEXIST) {
 		if (errno == ENOENT)
-			return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: no such directory: "
-					"%s (moeft makes DIR, not its parents)", rs->out,
-					cli_parent(parent, sizeof parent, rs->out));
+			return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: no such "
+					"directory: %s (moeft makes DIR, not its parents)",
+					rs->out, cli_parent(parent, sizeof parent, rs->out));
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: cannot create it: %s",
 				rs->out, strerror(errno));
 	}
@@ -232,13 +232,14 @@ static int open_out(struct restore *rs)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
 				strerror(errno));
 	}
+	in = stat(rs->wal, &log) == 0 ? &log : NULL;
 	while (!ret && (e = readdir(d))) {
 		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
 			continue;
 		if (!ours(e->d_name, &tmp))
 			foreign = 1;
 		else
-			ret = may_replace(rs, stat(rs->wal, &log) == 0 ? &log : NULL, e->d_name);
+			ret = may_replace(rs, in, e->d_name);
 	}
 	closedir(d);
 	if (ret)
