@@ -79,12 +79,12 @@ static void add_pool(const struct alloc_info *a, uint64_t chunk)
 
 	if (!po.kvs || snap_has_pool(a->alloc_id) || was_refused(a->alloc_id))
 		return;
+	if (resume_active())
+		resume_check_kv_pool(a);
 	if (po.refusing) {
 		refuse(a->alloc_id);
 		return;
 	}
-	if (resume_active())
-		resume_check_kv_pool(a);
 	allocs_begin();
 	r = kvs_pool(po.kvs, &d, &no);
 	if (r == 0 && (r = snap_add_pool(a->alloc_id, a->base, a->size, chunk, no)) == 0)
