@@ -266,6 +266,14 @@ static void catch_interrupts(void)
 		sigaction(sigs[i], &sa, NULL);
 }
 
+/* Right after `running` is set: an interrupt that came while the child
+ * was being started found no child to kill (a full decode to wait for). */
+static void kill_if_interrupted(pid_t pid)
+{
+	if (interrupted)
+		kill(pid, SIGKILL);
+}
+
 /* After the directory is gone: end by the signal that interrupted. */
 static void end_if_interrupted(void)
 {
@@ -293,6 +301,7 @@ static int run(struct demo *d, char **argv, char **env, const char *out, const c
 
 	if (ofd >= 0 && efd >= 0 && !(e = child_spawn(&pid, argv, env, ofd, efd))) {
 		running = pid;
+		kill_if_interrupted(pid);
 		status = child_wait(pid);
 		running = 0;
 	}
@@ -356,6 +365,7 @@ static int crash(struct demo *d, struct figures *f)
 
 	if (efd >= 0 && !(e = child_spawn(&pid, d->cmdj, d->env_preload, -1, efd))) {
 		running = pid;
+		kill_if_interrupted(pid);
 		/* the journal appears once CMD opens it */
 		while (waitpid(pid, &status, WNOHANG) == 0) {
 			if (j.fd < 0)
