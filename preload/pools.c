@@ -12,12 +12,21 @@
 #include "resume.h"
 #include "snapshot.h"
 
+/* Allocations refused a pool that are remembered, so that each is counted
+ * once however often its KV writes are launched. */
+#define REFUSED_MAX 256u
+
 static struct {
 	struct kvs *kvs;
 	const struct kv_selector *kv;
 	unsigned nkv;
 	unsigned seen[CONFIG_KV_MAX];   /* allocations of each selector's size */
-	atomic_bool said_full;
+	/* Once the store refused a pool (full, or the file cannot grow) it is
+	 * asked no more: a KV rule hits every step, and each try would cost a
+	 * failing fallocate and the store's line again. */
+	int refusing;
+	uint64_t refused[REFUSED_MAX];
+	atomic_uint nrefused;
 } po;
 
 void pools_init(struct kvs *kvs, const struct kv_selector *kv, unsigned nkv)
@@ -37,6 +46,28 @@ static uint64_t chunk_for(uint64_t size, uint64_t block)
 	return c;
 }
 
+static int was_refused(uint64_t alloc_id)
+{
+	unsigned n = atomic_load_explicit(&po.nrefused, memory_order_relaxed);
+
+	for (unsigned i = 0; i < n && i < REFUSED_MAX; i++)
+		if (po.refused[i] == alloc_id)
+			return 1;
+	return 0;
+}
+
+/* Remember and count a refused allocation; the count stops at
+ * REFUSED_MAX.  Under the capture lock, as every call here. */
+static void refuse(uint64_t alloc_id)
+{
+	unsigned n = atomic_load_explicit(&po.nrefused, memory_order_relaxed);
+
+	if (n == REFUSED_MAX)
+		return;
+	po.refused[n] = alloc_id;
+	atomic_store_explicit(&po.nrefused, n + 1, memory_order_relaxed);
+}
+
 /* Make allocation a a KV pool tracked in chunks of `chunk` bytes: in the
  * KV store, the snapshot list and the log (its ALLOC again, role KV pool). */
 static void add_pool(const struct alloc_info *a, uint64_t chunk)
@@ -46,21 +77,34 @@ static void add_pool(const struct alloc_info *a, uint64_t chunk)
 	uint32_t no;
 	int r;
 
-	if (!po.kvs || snap_has_pool(a->alloc_id))
+	if (!po.kvs || snap_has_pool(a->alloc_id) || was_refused(a->alloc_id))
 		return;
 	if (resume_active())
 		resume_check_kv_pool(a);
+	if (po.refusing) {
+		refuse(a->alloc_id);
+		return;
+	}
 	allocs_begin();
 	r = kvs_pool(po.kvs, &d, &no);
 	if (r == 0 && (r = snap_add_pool(a->alloc_id, a->base, a->size, chunk, no)) == 0)
 		allocs_set_role(a, ALLOC_ROLE_KV_POOL);
 	allocs_end();
-	if (r < 0 && msg_first(&po.said_full))
-		msg_log(WAL_LOG_WARN, "KV pool of %" PRIu64 " bytes at 0x%" PRIx64 " not tracked: %s",
+	if (r < 0) {
+		po.refusing = 1;
+		refuse(a->alloc_id);
+		msg_log(WAL_LOG_WARN, "KV pool of %" PRIu64 " bytes at 0x%" PRIx64 " not tracked: "
+			"%s; no more pools are tried (the exit summary counts those not tracked)",
 			a->size, a->base, r == WAL_EFULL ? "too many pools" : wal_strerror(r));
-	else if (r == 0)
+	} else {
 		msg_log(WAL_LOG_DEBUG, "KV pool %u: %" PRIu64 " bytes at 0x%" PRIx64 ", chunks of %"
 			PRIu64, no, a->size, a->base, chunk);
+	}
+}
+
+unsigned pools_untracked(void)
+{
+	return atomic_load_explicit(&po.nrefused, memory_order_relaxed);
 }
 
 void pools_of_hit(const struct rule_hit *h)

@@ -25,4 +25,9 @@ void pools_of_alloc(const struct alloc_info *a);
 /* A KV rule's hit: the allocations its pool pointers point into. */
 void pools_of_hit(const struct rule_hit *h);
 
+/* Allocations that would be KV pools but are not tracked, for the exit
+ * summary (at most 256 counted): the store's first refusal is said once,
+ * with its reason; it is asked no more, and later ones are only counted. */
+unsigned pools_untracked(void);
+
 #endif

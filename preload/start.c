@@ -202,12 +202,13 @@ static void summary(void)
 		"launches=%llu graph_launches=%llu captures=%llu/%llu kernels=%u named=%u "
 		"matched=%u rule_hits=%llu%s captured=%llu gaps=%llu steps=%lld "
 		"decode_windows=%llu routing=%llu unplaced=%llu kv_chunks=%llu kv_bytes=%llu "
-		"boundaries=%llu skipped=%llu window_failures=%llu",
+		"boundaries=%llu skipped=%llu window_failures=%llu kv_pools_untracked=%u",
 		as.allocs, as.frees, as.live, as.windows, shim_launches(), ds.graph_launches,
 		ds.capture_begin, ds.capture_end, seen, named, claimed, total, rules,
 		(unsigned long long)win.entries, cs.gaps, cs.steps,
 		(unsigned long long)win.windows, (unsigned long long)win.routing,
 		(unsigned long long)win.unplaced, (unsigned long long)win.kv_chunks,
 		(unsigned long long)win.kv_bytes, (unsigned long long)cs.boundaries,
-		(unsigned long long)cs.skipped, (unsigned long long)win.failures);
+		(unsigned long long)cs.skipped, (unsigned long long)win.failures,
+		pools_untracked());
 }

@@ -459,6 +459,19 @@ static void print_json(const struct bench *b, const struct results *res, const c
 	json_obj_end(&j);
 }
 
+/* The log holds nothing but this run's benchmark records: give its memory
+ * back.  A file made here is removed, an empty one given is emptied again;
+ * a device-DAX node keeps the log. */
+static void give_back(const char *path, int made)
+{
+	struct stat st;
+
+	if (made)
+		unlink(path);
+	else if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+		truncate(path, 0);
+}
+
 /* The target: the first argument that is neither an option nor the
  * value of one (of any target: options may come before it); NULL when
  * there is none.  'launch' and 'restore' parse their own options. */
@@ -500,8 +513,7 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 	char path[4096], msg[512], cpu[128];
 	const char *t;
 	double seconds = 0.5;
-	unsigned flags;
-	int c, ret;
+	int c, ret, fd, made = 0;
 
 	if ((t = target(argc, argv)) && !strcmp(t, "launch"))
 		return bench_launch(cmd, argc, argv);
@@ -511,9 +523,7 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 	while ((c = cli_getopt(&o, argc, argv, opts)) != -1) {
 		switch (c) {
 		case 'w':
-			if (strlen(optarg) >= sizeof path || !*optarg)
-				cli_usage_error(&o, "--wal: path is empty or too long");
-			else
+			if (cli_path_opt(&o, "--wal", optarg, sizeof path) == 0)
 				strcpy(path, optarg);
 			break;
 		case 's': cli_parse_double(&o, "--seconds", optarg, 0.01, 60, &seconds); break;
@@ -533,10 +543,21 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 
 	b.path = path;
 	b.run_s = seconds / REPEATS;
-	if (cli_prepare_fresh_log(path, &flags, msg, sizeof msg) < 0)
-		return cli_fail(cmd, o.json, EXIT_USAGE, "%s", msg);
-	if ((ret = open_log(&b, flags, &err)) < 0)
+	if (cli_fresh_path(path, msg, sizeof msg) < 0)
+		return cli_fail(cmd, o.json, EXIT_USAGE, "--wal %s", msg);
+	/* Made here, exclusively, so that removing it afterwards removes
+	 * nothing but this run's log. */
+	if (stat(path, &st) < 0) {
+		if ((fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
+			return cli_fail(cmd, o.json, EXIT_USAGE, "--wal %s: cannot create it: %s",
+					path, strerror(errno));
+		close(fd);
+		made = 1;
+	}
+	if ((ret = open_log(&b, WAL_OPEN_CREATE, &err)) < 0) {
+		give_back(path, made);
 		return cli_fail(cmd, o.json, EXIT_USAGE, "%s", err.msg);
+	}
 	b.dst_len = b.st.capacity;
 	b.src = malloc(MAX_RECORD);
 	b.dst = malloc(b.dst_len);
@@ -548,9 +569,7 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 		ret = run_all(&b, &res, &err);
 	}
 	wal_close(b.w);
-	/* the log holds nothing but benchmark records: give its memory back */
-	if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
-		unlink(path);
+	give_back(path, made);
 	free(b.src);
 	free(b.dst);
 	if (ret < 0)
@@ -580,8 +599,9 @@ const struct cli_command cmd_bench = {
 	"commit latency (p50/p99) and the recovery scan against memcpy.  Each\n"
 	"figure is the best of 3 runs.  The log is removed afterwards.\n"
 	"\n"
-	"  -w, --wal PATH     the log (default /dev/shm/moeft-USER-bench.wal); an\n"
-	"                     existing file must be empty or a moeft log\n"
+	"  -w, --wal PATH     the log (default /dev/shm/moeft-USER-bench.wal): a new\n"
+	"                     file, an empty one (emptied again afterwards) or a\n"
+	"                     device-DAX node without a log; never an existing log\n"
 	"  -s, --seconds S    time per measurement, 0.01 to 60 (default 0.5)\n"
 	"  -j, --json         print one JSON object instead of a table\n"
 	"  -h, --help         show this help\n"

@@ -56,6 +56,7 @@ struct ctx {
 	char lib[PATH_LEN];		/* the default preload */
 	char bench[PATH_LEN], serve[PATH_LEN];
 	char valgrind[PATH_LEN];	/* "" when not on PATH */
+	char dir[64];			/* made for the run: its log, callgrind's output */
 	char wal[PATH_LEN], cgout[PATH_LEN];
 	char **env[2];			/* without, with the preload */
 	char msg[PATH_LEN + 512];	/* why a run failed */
@@ -399,9 +400,16 @@ int bench_launch(const struct cli_command *cmd, int argc, char **argv)
 	check_pieces(&o, c, bench, serve);
 	if ((ret = cli_parse_done(&o)))
 		goto out;
-	snprintf(c->wal, sizeof c->wal, "/dev/shm/moeft-bench-launch-%ld.wal", (long)getpid());
-	snprintf(c->cgout, sizeof c->cgout, "/dev/shm/moeft-bench-launch-%ld.callgrind",
-		 (long)getpid());
+	/* A directory of its own: what the runs remove is only ever this run's. */
+	snprintf(c->dir, sizeof c->dir, "/dev/shm/moeft-bench-launch.XXXXXX");
+	if (!mkdtemp(c->dir)) {
+		c->dir[0] = '\0';
+		ret = cli_fail(cmd, o.json, EXIT_USAGE, "cannot make a directory in /dev/shm: %s",
+			       strerror(errno));
+		goto out;
+	}
+	snprintf(c->wal, sizeof c->wal, "%s/serve.wal", c->dir);
+	snprintf(c->cgout, sizeof c->cgout, "%s/callgrind.out", c->dir);
 	if (make_envs(c) < 0) {
 		ret = cli_fail(cmd, o.json, EXIT_USAGE, "out of memory");
 		goto out;
@@ -419,6 +427,8 @@ int bench_launch(const struct cli_command *cmd, int argc, char **argv)
 		print_text(c, &f, cpu);
 	ret = EXIT_OK;
 out:
+	if (c->dir[0])
+		cli_rm_tree(c->dir);
 	child_env_free(c->env[0]);
 	child_env_free(c->env[1]);
 	free(c);

@@ -2,20 +2,21 @@
  * cli.c - helpers shared by the moeft subcommands (see cli.h).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <ftw.h>
+#include <libgen.h>
+#include <limits.h>
 #include <math.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 
 #include "cli.h"
 #include "decimal.h"
+#include "guard.h"
 #include "json.h"
 #include "media.h"
 
@@ -175,6 +176,20 @@ int cli_parse_double(struct cli_opts *o, const char *opt, const char *text,
 	return 0;
 }
 
+int cli_path_opt(struct cli_opts *o, const char *opt, const char *path, size_t max)
+{
+	size_t n = strlen(path);
+
+	if (!max)
+		max = PATH_MAX;
+	if (!n)
+		cli_usage_error(o, "%s: the path is empty", opt);
+	else if (n >= max)
+		cli_usage_error(o, "%s: the path is too long (%zu bytes, at most %zu)", opt, n,
+				max - 1);
+	return n && n < max ? 0 : -1;
+}
+
 void cli_print_usage(const struct cli_command *cmd, FILE *f)
 {
 	fputs(cmd->usage, f);
@@ -224,74 +239,31 @@ void cli_default_path(char *buf, size_t len, const char *name)
 		snprintf(buf, len, "/dev/shm/moeft-%u-%s.wal", (unsigned)geteuid(), name);
 }
 
-/* 1: `path` holds a moeft log (intact or not), 0: it does not, -1: error. */
-static int holds_log(const char *path, char *msg, size_t len)
-{
-	struct wal_reader *r;
-	struct wal_error err = { 0 };
-	int ret = wal_reader_open_path(path, &r, &err);
-
-	wal_reader_close(r);
-	if (ret == 0 || ret == WAL_ECORRUPT)
-		return 1;
-	if (ret == WAL_ENOTLOG)
-		return 0;
-	snprintf(msg, len, "%s", err.msg);
-	return -1;
-}
-
-/* Remove a regular-file log, unless a writer holds it. */
-static int remove_log(const char *path, char *msg, size_t len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC), ret = 0;
-
-	if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) {
-		if (errno == EWOULDBLOCK)
-			snprintf(msg, len, "%s: in use by another writer", path);
-		else
-			snprintf(msg, len, "%s: %s", path, strerror(errno));
-		ret = -1;
-	} else if (unlink(path) < 0) {
-		snprintf(msg, len, "%s: cannot remove the old log: %s", path, strerror(errno));
-		ret = -1;
-	}
-	if (fd >= 0)
-		close(fd);
-	return ret;
-}
-
-int cli_prepare_fresh_log(const char *path, unsigned *flags, char *msg, size_t len)
+int cli_fresh_path(const char *path, char *msg, size_t len)
 {
 	struct stat st;
-	int log;
 
-	*flags = WAL_OPEN_CREATE;
+	if (guard_check(path, NULL, msg, len) < 0)
+		return -1;
 	if (stat(path, &st) < 0) {
 		if (errno == ENOENT)
 			return 0;
 		snprintf(msg, len, "%s: %s", path, strerror(errno));
 		return -1;
 	}
-	if (S_ISREG(st.st_mode) && st.st_size == 0)
+	if (S_ISCHR(st.st_mode) || (S_ISREG(st.st_mode) && st.st_size == 0))
 		return 0;
-	if (!S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode)) {
+	if (S_ISREG(st.st_mode))
+		snprintf(msg, len, "%s exists and is not empty; refusing to write over it", path);
+	else
 		snprintf(msg, len, "%s: not a regular file or a device-DAX node", path);
-		return -1;
-	}
-	log = holds_log(path, msg, len);
-	if (log < 0)
-		return -1;
-	if (S_ISCHR(st.st_mode)) {
-		if (log)
-			*flags |= WAL_OPEN_FORMAT;
-		return 0;
-	}
-	if (!log) {
-		snprintf(msg, len, "%s exists and is not a moeft log; refusing to overwrite it",
-			 path);
-		return -1;
-	}
-	return remove_log(path, msg, len);
+	return -1;
+}
+
+const char *cli_parent(char *buf, size_t len, const char *path)
+{
+	snprintf(buf, len, "%s", path);
+	return dirname(buf);
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)

@@ -62,6 +62,10 @@ int cli_parse_u64(struct cli_opts *o, const char *opt, const char *text,
 int cli_parse_double(struct cli_opts *o, const char *opt, const char *text,
 		     double min, double max, double *out);
 
+/* The path given to option `opt` (e.g. "--wal"): a usage error is recorded
+ * when it is empty or `max` bytes or longer (0: PATH_MAX).  0 or -1. */
+int cli_path_opt(struct cli_opts *o, const char *opt, const char *path, size_t max);
+
 /* Record a usage error (printf-style) unless one is recorded already. */
 void cli_usage_error(struct cli_opts *o, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -84,13 +88,16 @@ int cli_fail(const struct cli_command *cmd, int json, int code, const char *fmt,
 void cli_default_path(char *buf, size_t len, const char *name);
 
 /*
- * Get `path` ready to receive a fresh log and set *flags for wal_open().
- * Never destroys data that is not a moeft log: a regular file must be
- * missing, empty or a moeft log (which is removed, so the new log gets
- * the requested size); a device is formatted only if it holds a log
- * (wal_open formats a blank one itself).  0, or -1 with msg set.
+ * May a fresh log (or KV store) be made at `path`?  Never over data: it
+ * must be missing, an empty regular file, or a device-DAX node that holds
+ * no log (wal_open formats a blank one and refuses anything else); a log
+ * or KV store is refused by guard.h's rule.  0, or -1 with msg set.
  */
-int cli_prepare_fresh_log(const char *path, unsigned *flags, char *msg, size_t len);
+int cli_fresh_path(const char *path, char *msg, size_t len);
+
+/* The directory `path` is in ("." for a bare name, trailing slashes
+ * ignored), copied into buf: dirname(3) without touching `path`. */
+const char *cli_parent(char *buf, size_t len, const char *path);
 
 /* Remove a directory and everything under it (rm -rf), errors ignored. */
 void cli_rm_tree(const char *dir);

@@ -31,6 +31,7 @@
 #include "child.h"
 #include "cli.h"
 #include "json.h"
+#include "kvstore.h"
 #include "launch.h"
 
 #define DEFAULT_STEPS 600
@@ -90,22 +91,21 @@ static void default_serve(struct cli_opts *o, struct demo *d)
 /* --wal PATH: a file the preload can create afresh, kept afterwards. */
 static void check_wal(struct cli_opts *o, struct demo *d, const char *path)
 {
-	char msg[PATH_MAX + 128], dir[PATH_MAX];
-	const char *slash = strrchr(path, '/');
-	unsigned flags;
+	char msg[PATH_MAX + 128], buf[PATH_MAX], kv[PATH_MAX];
+	const char *dir;
 	struct stat st;
 
-	/* its directory: "." without a slash, "/" for /NAME */
-	snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
-		 slash ? path : ".");
-	if (!*path || strlen(path) >= sizeof d->wal)
-		cli_usage_error(o, "--wal: the path is empty or too long");
-	else if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+	if (cli_path_opt(o, "--wal", path, sizeof kv - 3) < 0 ||
+	    kvs_path(path, kv, sizeof kv) < 0)
+		return;
+	dir = cli_parent(buf, sizeof buf, path);
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
 		cli_usage_error(o, "--wal %s: no such directory: %s", path, dir);
-	else if (cli_prepare_fresh_log(path, &flags, msg, sizeof msg) < 0)
+	else if (cli_fresh_path(path, msg, sizeof msg) < 0)
 		cli_usage_error(o, "--wal %s", msg);
-	else if (flags & WAL_OPEN_FORMAT)
-		cli_usage_error(o, "--wal %s: a device holding a log; the demo wants a file", path);
+	/* the preload formats a KV store of another log it finds there */
+	else if (cli_fresh_path(kv, msg, sizeof msg) < 0)
+		cli_usage_error(o, "--wal %s: its KV store: %s", path, msg);
 	else
 		strcpy(d->wal, path);
 }
@@ -145,6 +145,9 @@ static int parse(struct demo *d, int argc, char **argv, int *code)
 		}
 	}
 	d->json = o.json;
+	/* first: of all the errors, one about an existing log must be seen */
+	if (wal)
+		check_wal(&o, d, wal);
 	if (optind > 0 && !strcmp(argv[optind - 1], "--")) {
 		if (optind == argc)
 			cli_usage_error(&o, "a command is missing after \"--\"");
@@ -162,8 +165,6 @@ static int parse(struct demo *d, int argc, char **argv, int *code)
 	}
 	if (launch_check_lib(d->lib, msg, sizeof msg) < 0)
 		cli_usage_error(&o, "--preload %s", msg);
-	if (wal)
-		check_wal(&o, d, wal);
 	if (cmd && child_find(cmd[0], d->serve, sizeof d->serve) < 0)
 		cli_usage_error(&o, "%s: %s", cmd[0], errno == ENOENT && !strchr(cmd[0], '/') ?
 				"not found in PATH" : strerror(errno));
@@ -655,8 +656,9 @@ const struct cli_command cmd_demo = {
 	"  -p, --preload LIB  libmoeft.so (default: the one installed beside moeft;\n"
 	"                     in a build tree, BUILD/preload/libmoeft.so)\n"
 	"  -s, --steps N      decode steps, 32 to 1000000 (default 600)\n"
-	"  -w, --wal PATH     the log: a new file (or an old moeft log, replaced),\n"
-	"                     kept afterwards with its KV store and PATH.restore/\n"
+	"  -w, --wal PATH     the log: a new (or empty) file, never an existing log,\n"
+	"                     nor beside a KV store (PATH.kv); kept afterwards with\n"
+	"                     its KV store and PATH.restore/\n"
 	"                     (default: in a temporary directory in /dev/shm)\n"
 	"  -j, --json         print one JSON object instead of the report\n"
 	"  -h, --help         show this help\n"

@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "guard.h"
 #include "heatmap.h"
 #include "utf8.h"
 
@@ -319,7 +320,7 @@ static int fail(char *msg, size_t len, const char *path, const char *why)
 	return -1;
 }
 
-int heatmap_check_path(const char *path, char *msg, size_t len)
+int heatmap_check_path(const char *path, const struct stat *log, char *msg, size_t len)
 {
 	struct stat st;
 	char *copy, why[300];
@@ -335,6 +336,10 @@ int heatmap_check_path(const char *path, char *msg, size_t len)
 	if (stat(path, &st) == 0) {
 		if (!S_ISREG(st.st_mode))
 			return fail(msg, len, path, "not a regular file");
+		if (guard_check(path, log, why, sizeof why) < 0) {
+			snprintf(msg, len, "--heatmap %s", why);
+			return -1;
+		}
 	} else if (errno != ENOENT) {
 		return fail(msg, len, path, strerror(errno));
 	}

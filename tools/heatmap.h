@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "hist.h"
 
@@ -28,10 +29,11 @@ struct heatmap_span {
 };
 
 /* Whether a picture could be written at `path`: its directory exists and
- * is writable, and `path` is not something other than a regular file.
- * Checked before the log is read, so a typo costs no scan.  0, or -1
- * with msg naming the path. */
-int heatmap_check_path(const char *path, char *msg, size_t len);
+ * is writable, and `path` is not something other than a regular file, nor
+ * a file guard.h keeps (a moeft log or KV store, or `log`, the stat of the
+ * log drawn).  Checked before the log is read, so a typo costs no scan.
+ * 0, or -1 with msg naming the path. */
+int heatmap_check_path(const char *path, const struct stat *log, char *msg, size_t len);
 
 /* Draw `h`, which must hold routing (h->total > 0), into `path`
  * atomically: a temporary file beside it is written, synced and renamed

@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "heatmap.h"
@@ -480,6 +481,7 @@ static int inspect(const struct cli_command *cmd, int argc, char **argv)
 	struct scan s;
 	struct wal_error err = { 0 };
 	const char *path = NULL, *heatmap = NULL;
+	struct stat log;
 	char msg[512];
 	int c, ret, records = 0;
 
@@ -496,9 +498,12 @@ static int inspect(const struct cli_command *cmd, int argc, char **argv)
 		cli_usage_error(&o, "unexpected argument '%s'", argv[optind]);
 	if (!path)
 		cli_usage_error(&o, "--wal PATH is required");
+	else
+		cli_path_opt(&o, "--wal", path, 0);
 	if ((ret = cli_parse_done(&o)))
 		return ret;
-	if (heatmap && heatmap_check_path(heatmap, msg, sizeof msg) < 0)
+	if (heatmap && heatmap_check_path(heatmap, stat(path, &log) == 0 ? &log : NULL, msg,
+					  sizeof msg) < 0)
 		return cli_fail(cmd, o.json, EXIT_USAGE, "%s", msg);
 
 	/* Damage is shown, not an exit status: only a log that cannot be

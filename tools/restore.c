@@ -28,6 +28,7 @@
 #include "cli.h"
 #include "config.h"
 #include "crc32c.h"
+#include "guard.h"
 #include "json.h"
 #include "launch.h"
 #include "media.h"
@@ -67,6 +68,8 @@ struct restore {
 	char problem[MAX_PROBLEMS][192];/* why the exit status is 1 */
 	unsigned nproblem;
 	int quiet;                      /* no summary (restore_offline) */
+	char (*listed)[32];             /* images the earlier restore's manifest lists */
+	size_t nlisted;
 	/* The progress line on a terminal: bytes in all, done, last shown. */
 	uint64_t total, done, shown;
 	double load_s, images_s;        /* what the parts took (restore.h) */
@@ -128,20 +131,102 @@ static int has_manifest(int dir)
 	return n == (ssize_t)sizeof head && !memcmp(head, MANIFEST_HEAD, sizeof head);
 }
 
+/* The largest manifest.json read back: far more than one of 64K pools. */
+#define MANIFEST_MAX (UINT64_C(64) << 20)
+
+/*
+ * The images (kv-pool-N.bin) that the manifest.json of an earlier restore
+ * lists, into rs->listed: those, and no other file of that name, are a
+ * later restore's to remove.  json.c writes a key and its string value as
+ * "file":"VALUE", a sequence that cannot occur inside a string, where every
+ * quote is escaped.  0, or -1 with errno set.
+ */
+static int read_listed(struct restore *rs)
+{
+	static const char key[] = "\"file\":\"";
+	int fd = openat(rs->dir, MANIFEST, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), tmp, ret = -1;
+	char *text = NULL, *p, *end;
+	struct stat st;
+	ssize_t n;
+
+	if (fd < 0 || fstat(fd, &st) < 0)
+		goto out;
+	if ((uint64_t)st.st_size > MANIFEST_MAX) {
+		errno = EFBIG;
+		goto out;
+	}
+	if (!(text = malloc((size_t)st.st_size + 1)) ||
+	    (n = pread(fd, text, (size_t)st.st_size, 0)) < 0)
+		goto out;
+	text[n] = '\0';
+	for (p = text; (p = strstr(p, key)); p = end) {
+		p += sizeof key - 1;
+		if (!(end = strchr(p, '"')))
+			break;
+		*end++ = '\0';
+		if (!ours(p, &tmp) || tmp || strncmp(p, "kv-pool-", 8))
+			continue;
+		if (!(rs->nlisted & (rs->nlisted + 1))) {	/* 0, 1, 3, 7, ...: full */
+			char (*l)[32] = realloc(rs->listed, (rs->nlisted * 2 + 1) * sizeof *l);
+
+			if (!l)
+				goto out;
+			rs->listed = l;
+		}
+		snprintf(rs->listed[rs->nlisted++], sizeof *rs->listed, "%s", p);
+	}
+	ret = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(text);
+	return ret;
+}
+
+static int is_listed(const struct restore *rs, const char *name)
+{
+	for (size_t i = 0; i < rs->nlisted; i++)
+		if (!strcmp(rs->listed[i], name))
+			return 1;
+	return 0;
+}
+
+/* A file of the directory that restore may replace or remove, by
+ * guard.h's rule (the log read among them); 0, or the failure reported. */
+static int may_replace(struct restore *rs, const struct stat *log, const char *name)
+{
+	char path[PATH_MAX], msg[PATH_MAX + 128];
+
+	if (snprintf(path, sizeof path, "%s/%s", rs->out, name) >= (int)sizeof path)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: path too long", rs->out);
+	if (guard_check(path, log, msg, sizeof msg) < 0)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s", msg);
+	return 0;
+}
+
 /*
  * Open --out, creating it when missing.  A directory that holds anything
  * else than what a restore writes is refused unless it holds a restore's
- * manifest.json: a restore never writes over files it did not make.
+ * manifest.json: a restore never writes over files it did not make.  Nor
+ * over a moeft log or KV store, or the log it reads, whatever their names.
  */
 static int open_out(struct restore *rs)
 {
 	struct dirent *e;
+	struct stat log, *in;
 	DIR *d;
-	int fd, tmp, foreign = 0;
+	int fd, tmp, foreign = 0, ret = 0;
+	char parent[PATH_MAX];
 
-	if (mkdir(rs->out, 0700) < 0 && errno != EEXIST)
+	/* DIR itself is made, never its parents: a typo makes no tree */
+	if (mkdir(rs->out, 0700) < 0 && errno != EEXIST) {
+		if (errno == ENOENT)
+			return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: no such "
+					"directory: %s (moeft makes DIR, not its parents)",
+					rs->out, cli_parent(parent, sizeof parent, rs->out));
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: cannot create it: %s",
 				rs->out, strerror(errno));
+	}
 	if ((rs->dir = open(rs->out, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
 				errno == ENOTDIR ? "not a directory" : strerror(errno));
@@ -151,14 +236,27 @@ static int open_out(struct restore *rs)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
 				strerror(errno));
 	}
-	while ((e = readdir(d)))
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && !ours(e->d_name, &tmp))
+	in = stat(rs->wal, &log) == 0 ? &log : NULL;
+	while (!ret && (e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (!ours(e->d_name, &tmp))
 			foreign = 1;
+		else
+			ret = may_replace(rs, in, e->d_name);
+	}
 	closedir(d);
-	if (foreign && !has_manifest(rs->dir))
-		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: not empty, and not the "
-				"output of an earlier restore (no manifest.json of one); refusing to "
-				"write into it", rs->out);
+	if (ret)
+		return ret;
+	if (!has_manifest(rs->dir)) {
+		if (foreign)
+			return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: not empty, and "
+					"not the output of an earlier restore (no manifest.json of "
+					"one); refusing to write into it", rs->out);
+	} else if (read_listed(rs) < 0) {
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s/%s: cannot read it: %s",
+				rs->out, MANIFEST, strerror(errno));
+	}
 	return 0;
 }
 
@@ -572,8 +670,12 @@ static int write_manifest(struct restore *rs)
 	return tmp_commit(rs, f, tmp, MANIFEST, 0);
 }
 
-/* After the manifest: the images of pools an earlier restore had and this
- * one has not, and temporary files a killed restore left. */
+/*
+ * After the manifest: the images of pools the earlier restore's manifest
+ * listed and this restore has not, and the temporary files (NAME.tmp, a
+ * restore's own names) a killed restore left.  A kv-pool-N.bin that no
+ * manifest listed is not restore's: it stays.
+ */
 static void remove_stale(struct restore *rs)
 {
 	struct dirent *e;
@@ -591,7 +693,7 @@ static void remove_stale(struct restore *rs)
 
 		if (!ours(e->d_name, &tmp))
 			continue;
-		keep = !tmp && strncmp(e->d_name, "kv-pool-", 8) != 0;
+		keep = !tmp && (strncmp(e->d_name, "kv-pool-", 8) || !is_listed(rs, e->d_name));
 		for (unsigned i = 0; !tmp && i < rs->s.npools && !keep; i++)
 			keep = !strcmp(e->d_name, rs->img[i].file);
 		if (!keep)
@@ -852,6 +954,7 @@ static void restore_free(struct restore *rs)
 	for (unsigned i = 0; rs->img && i < rs->s.npools; i++)
 		free(rs->img[i].lost);
 	free(rs->img);
+	free(rs->listed);
 	if (rs->dir >= 0)
 		close(rs->dir);
 	state_free(&rs->s);
@@ -907,11 +1010,11 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 				argv[optind]);
 	if (!rs.wal)
 		cli_usage_error(&o, "--wal PATH is required");
-	else if (!*rs.wal)
-		cli_usage_error(&o, "--wal: the path is empty");
-	if (rs.out && !*rs.out)
-		cli_usage_error(&o, "--out: the path is empty");
-	else if (!rs.out && !rs.cmdv)
+	else
+		cli_path_opt(&o, "--wal", rs.wal, sizeof out - sizeof ".restore" + 1);
+	if (rs.out)
+		cli_path_opt(&o, "--out", rs.out, 0);
+	else if (!rs.cmdv)
 		cli_usage_error(&o, "--out DIR is required (or a command after \"--\")");
 	if (!rs.cmdv && (lib || fresh))
 		cli_usage_error(&o, "--%s needs a command after \"--\"", lib ? "preload" : "force-fresh");
@@ -935,8 +1038,7 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 		fresh = 2;
 	}
 	if (rs.cmdv && !rs.out) {
-		if (snprintf(out, sizeof out, "%s.restore", rs.wal) >= (int)sizeof out)
-			return cli_fail(cmd, rs.json, EXIT_USAGE, "--wal %s: path too long", rs.wal);
+		snprintf(out, sizeof out, "%s.restore", rs.wal);	/* fits: cli_path_opt */
 		rs.out = out;
 	}
 
@@ -954,10 +1056,11 @@ const struct cli_command cmd_restore = {
 	"                     [--json] -- CMD [ARGS...]\n"
 	"\n"
 	"Read the log at PATH and its KV store (PATH.kv) and write the state of the\n"
-	"last committed decode window into DIR (created when missing): one image per\n"
-	"KV pool (kv-pool-N.bin), the routing of the decode windows (routing.bin) and\n"
-	"manifest.json, which says what they are (README, \"Restore output\").  DIR\n"
-	"must be empty or hold an earlier restore's output, which is replaced.\n"
+	"last committed decode window into DIR (created when missing, but not its\n"
+	"parents): one image per KV pool (kv-pool-N.bin), the routing of the decode\n"
+	"windows (routing.bin) and manifest.json, which says what they are (README,\n"
+	"\"Restore output\").  DIR must be empty or hold an earlier restore's output,\n"
+	"which is replaced; a moeft log or KV store there is never written over.\n"
 	"No GPU is needed.\n"
 	"\n"
 	"With a command after \"--\", the restore is online: the state is written\n"

@@ -48,6 +48,8 @@ static int verify(const struct cli_command *cmd, int argc, char **argv)
 		cli_usage_error(&o, "unexpected argument '%s'", argv[optind]);
 	if (!path)
 		cli_usage_error(&o, "--wal PATH is required");
+	else
+		cli_path_opt(&o, "--wal", path, 0);
 	if ((ret = cli_parse_done(&o)))
 		return ret;
 

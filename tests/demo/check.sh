@@ -132,8 +132,8 @@ usage)
 	expect 2 "moeft demo: --preload $serve: not a shared library" --preload "$serve" -- "$serve"
 	expect 2 "moeft demo: --wal $dir/no/x.wal: no such directory: $dir/no" \
 		--preload "$lib" --wal "$dir/no/x.wal" -- "$serve"
-	expect 2 "moeft demo: --wal $dir/text exists and is not a moeft log; refusing to \
-overwrite it" \
+	expect 2 "moeft demo: --wal $dir/text exists and is not empty; refusing to write \
+over it" \
 		--preload "$lib" --wal "$dir/text" -- "$serve"
 	expect 2 "moeft demo: no-such-command: not found in PATH" \
 		--preload "$lib" -- no-such-command

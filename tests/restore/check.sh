@@ -236,6 +236,6 @@ usage "unexpected argument 'extra'" --wal "$dir/eager.wal" --out "$dir/u" extra
 mkdir "$dir/foreign" && : >"$dir/foreign/notes.txt"
 usage "--out $dir/foreign: not empty" --wal "$dir/eager.wal" --out "$dir/foreign"
 usage "--out $dir/fresh.wal: not a directory" --wal "$dir/eager.wal" --out "$dir/fresh.wal"
-usage "--out $dir/no/such: cannot create it" --wal "$dir/eager.wal" --out "$dir/no/such"
+usage "--out $dir/no/such: no such directory: $dir/no " --wal "$dir/eager.wal" --out "$dir/no/such"
 [ "$(ls "$dir/foreign")" = notes.txt ] || fail "foreign: files were written"
 echo "restore check.sh: all checks passed"
