@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 
 #include "blank.h"
@@ -40,6 +41,9 @@
 #define MANIFEST RESTORE_MANIFEST_NAME
 #define ROUTING "routing.bin"
 #define PLAN RESTORE_PLAN_NAME
+/* The earlier restore's manifest while this one writes: what it lists may
+ * be removed, and no manifest names a set that is half this one's. */
+#define RETIRED MANIFEST ".old"
 #define MANIFEST_HEAD "{\"format\":1,\"log\":"
 #define MAX_PROBLEMS 8
 #define LOST_LINES 32   /* lost chunks named on stderr; all are in the manifest */
@@ -98,8 +102,9 @@ static double now(void)
 
 /* ---- the output directory ----------------------------------------------- */
 
-/* A name restore writes: manifest.json, routing.bin, plan, kv-pool-N.bin,
- * or one of them with ".tmp" after it (what a killed restore leaves). */
+/* A name restore writes: manifest.json (and, while it writes, the earlier
+ * one as manifest.json.old), routing.bin, plan, kv-pool-N.bin, or one of
+ * them with ".tmp" after it (what a killed restore leaves). */
 static int ours(const char *name, int *tmp)
 {
 	size_t n = strlen(name), d;
@@ -108,6 +113,7 @@ static int ours(const char *name, int *tmp)
 	if (*tmp)
 		n -= 4;
 	if ((n == strlen(MANIFEST) && !strncmp(name, MANIFEST, n)) ||
+	    (n == strlen(RETIRED) && !strncmp(name, RETIRED, n)) ||
 	    (n == strlen(ROUTING) && !strncmp(name, ROUTING, n)) ||
 	    (n == strlen(PLAN) && !strncmp(name, PLAN, n)))
 		return 1;
@@ -117,11 +123,11 @@ static int ours(const char *name, int *tmp)
 	return d > 0 && d < 6 && 8 + d + 4 == n;
 }
 
-/* The directory holds a manifest.json that a restore wrote. */
-static int has_manifest(int dir)
+/* The directory holds a manifest that a restore wrote under name. */
+static int has_manifest(int dir, const char *name)
 {
 	char head[sizeof MANIFEST_HEAD - 1];
-	int fd = openat(dir, MANIFEST, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	int fd = openat(dir, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	ssize_t n;
 
 	if (fd < 0)
@@ -135,16 +141,16 @@ static int has_manifest(int dir)
 #define MANIFEST_MAX (UINT64_C(64) << 20)
 
 /*
- * The images (kv-pool-N.bin) that the manifest.json of an earlier restore
- * lists, into rs->listed: those, and no other file of that name, are a
+ * The images (kv-pool-N.bin) that an earlier restore's manifest (name)
+ * lists, added to rs->listed: those, and no other file of that name, are a
  * later restore's to remove.  json.c writes a key and its string value as
  * "file":"VALUE", a sequence that cannot occur inside a string, where every
  * quote is escaped.  0, or -1 with errno set.
  */
-static int read_listed(struct restore *rs)
+static int read_listed(struct restore *rs, const char *name)
 {
 	static const char key[] = "\"file\":\"";
-	int fd = openat(rs->dir, MANIFEST, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), tmp, ret = -1;
+	int fd = openat(rs->dir, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), tmp, ret = -1;
 	char *text = NULL, *p, *end;
 	struct stat st;
 	ssize_t n;
@@ -204,6 +210,28 @@ static int may_replace(struct restore *rs, const struct stat *log, const char *n
 	return 0;
 }
 
+static int io_fail(struct restore *rs, const char *name, int err)
+{
+	return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s/%s: %s", rs->out, name, strerror(err));
+}
+
+/*
+ * Before the first file of this restore lands: the earlier manifest is put
+ * aside (what it lists stays this restore's to remove) and the earlier plan
+ * removed, durably, so that a restore killed halfway leaves nothing that
+ * names a set of files half of which are another restore's.
+ */
+static int retire(struct restore *rs)
+{
+	if (renameat(rs->dir, MANIFEST, rs->dir, RETIRED) < 0 && errno != ENOENT)
+		return io_fail(rs, MANIFEST, errno);
+	if (unlinkat(rs->dir, PLAN, 0) < 0 && errno != ENOENT)
+		return io_fail(rs, PLAN, errno);
+	if (fsync(rs->dir) < 0)
+		return io_fail(rs, ".", errno);
+	return 0;
+}
+
 /*
  * Open --out, creating it when missing.  A directory that holds anything
  * else than what a restore writes is refused unless it holds a restore's
@@ -230,6 +258,12 @@ static int open_out(struct restore *rs)
 	if ((rs->dir = open(rs->out, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
 				errno == ENOTDIR ? "not a directory" : strerror(errno));
+	/* One restore at a time writes a directory; the lock goes with the
+	 * descriptor (at exit, or at the exec of CMD). */
+	if (flock(rs->dir, LOCK_EX | LOCK_NB) < 0)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
+				errno == EWOULDBLOCK ? "another moeft restore is writing it" :
+				strerror(errno));
 	if ((fd = dup(rs->dir)) < 0 || !(d = fdopendir(fd))) {
 		if (fd >= 0)
 			close(fd);
@@ -248,21 +282,21 @@ static int open_out(struct restore *rs)
 	closedir(d);
 	if (ret)
 		return ret;
-	if (!has_manifest(rs->dir)) {
-		if (foreign)
-			return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: not empty, and "
-					"not the output of an earlier restore (no manifest.json of "
-					"one); refusing to write into it", rs->out);
-	} else if (read_listed(rs) < 0) {
-		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s/%s: cannot read it: %s",
-				rs->out, MANIFEST, strerror(errno));
-	}
-	return 0;
-}
+	for (unsigned i = 0; i < 2; i++) {
+		const char *name = i ? RETIRED : MANIFEST;
 
-static int io_fail(struct restore *rs, const char *name, int err)
-{
-	return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s/%s: %s", rs->out, name, strerror(err));
+		if (!has_manifest(rs->dir, name))
+			continue;
+		if (read_listed(rs, name) < 0)
+			return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s/%s: cannot read "
+					"it: %s", rs->out, name, strerror(errno));
+		foreign = 0;
+	}
+	if (foreign)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: not empty, and not the "
+				"output of an earlier restore (no manifest.json of one); refusing "
+				"to write into it", rs->out);
+	return retire(rs);
 }
 
 /* A fresh NAME.tmp in the directory, or NULL with errno set. */
@@ -693,7 +727,8 @@ static void remove_stale(struct restore *rs)
 
 		if (!ours(e->d_name, &tmp))
 			continue;
-		keep = !tmp && (strncmp(e->d_name, "kv-pool-", 8) || !is_listed(rs, e->d_name));
+		keep = !tmp && strcmp(e->d_name, RETIRED) &&
+		       (strncmp(e->d_name, "kv-pool-", 8) || !is_listed(rs, e->d_name));
 		for (unsigned i = 0; !tmp && i < rs->s.npools && !keep; i++)
 			keep = !strcmp(e->d_name, rs->img[i].file);
 		if (!keep)
