@@ -422,7 +422,7 @@ void kvs_close(struct kvs *s)
 		return;
 	for (unsigned i = 0; i < KVS_MAX_POOLS; i++)
 		if (s->pool[i].region)
-			munmap(s->pool[i].region, s->pool[i].g.len);
+			media_unmap(s->pool[i].region, s->pool[i].g.len);
 	media_close(&s->m);
 	pthread_mutex_destroy(&s->lock);
 	free(s->path);

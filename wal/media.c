@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <linux/magic.h>
@@ -340,7 +341,7 @@ static int map_at(const char *path, int prot, int flags, int fd, uint64_t off, u
  * of the process but not the loss of power.  Later parts follow the
  * first, and a device-DAX node (its kind known from sysfs) maps shared.
  */
-static int map_file(struct media *m, const char *path, int mode, uint64_t off, uint64_t len,
+static int map_kind(struct media *m, const char *path, int mode, uint64_t off, uint64_t len,
 		    uint8_t **out, struct wal_error *err)
 {
 	int prot = mode == MEDIA_READ ? PROT_READ : PROT_READ | PROT_WRITE;
@@ -369,6 +370,92 @@ static int map_file(struct media *m, const char *path, int mode, uint64_t off, u
 			 path, strerror(errno));
 	}
 	return map_at(path, prot, MAP_SHARED, m->fd, off, len, out, err);
+}
+
+/* ---- Mappings, for a SIGBUS handler ----------------------------------- */
+
+/*
+ * Every mapping of a medium in this process, so that a fault in one (its
+ * file truncated under it) can be told from the application's own.  A
+ * node is claimed with `used`, filled, then published by its base; a
+ * signal handler may walk the list at any time, so nodes are never freed,
+ * only reused.
+ */
+struct mapping {
+	struct mapping *next;
+	atomic_int used;
+	_Atomic uintptr_t base;  /* 0: not published */
+	uint64_t len;
+	char *path;
+};
+
+static _Atomic(struct mapping *) mappings;
+
+/* Remember [p, p+len) as path's.  Out of memory, it is not remembered:
+ * a fault there is then the process's end, as it always was. */
+static void remember(const char *path, uint8_t *p, uint64_t len)
+{
+	struct mapping *n = atomic_load(&mappings);
+	char *copy = strdup(path);
+
+	while (n && atomic_exchange(&n->used, 1))
+		n = n->next;
+	if (!n && copy && (n = calloc(1, sizeof *n))) {
+		n->used = 1;
+		n->next = atomic_load(&mappings);
+		while (!atomic_compare_exchange_weak(&mappings, &n->next, n))
+			;
+	}
+	if (!n || !copy) {
+		if (n)
+			atomic_store(&n->used, 0);
+		free(copy);
+		return;
+	}
+	n->len = len;
+	n->path = copy;
+	atomic_store_explicit(&n->base, (uintptr_t)p, memory_order_release);
+}
+
+void media_unmap(void *p, uint64_t len)
+{
+	for (struct mapping *n = atomic_load(&mappings); n; n = n->next)
+		if (atomic_load_explicit(&n->base, memory_order_acquire) == (uintptr_t)p) {
+			atomic_store(&n->base, 0);
+			free(n->path);
+			n->path = NULL;
+			atomic_store(&n->used, 0);
+			break;
+		}
+	munmap(p, len);
+}
+
+const char *media_fault(const void *addr)
+{
+	uintptr_t a = (uintptr_t)addr, b;
+
+	for (struct mapping *n = atomic_load(&mappings); n; n = n->next) {
+		b = atomic_load_explicit(&n->base, memory_order_acquire);
+		if (!b || a < b || a - b >= n->len)
+			continue;
+		/* mmap is a plain system call: safe in a handler. */
+		if (mmap((void *)b, n->len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+			return NULL;
+		return n->path;
+	}
+	return NULL;
+}
+
+/* Map and remember. */
+static int map_file(struct media *m, const char *path, int mode, uint64_t off, uint64_t len,
+		    uint8_t **out, struct wal_error *err)
+{
+	int rc = map_kind(m, path, mode, off, len, out, err);
+
+	if (!rc)
+		remember(path, *out, len);
+	return rc;
 }
 
 /* Give [off, off+len) its blocks now, so running out shows here; on
@@ -437,7 +524,7 @@ static int open_once(struct media *m, const char *path, int mode, uint64_t size,
 		rc = link_unnamed(m, path, err);
 	if (rc) {
 		if (m->base)
-			munmap(m->base, m->size);
+			media_unmap(m->base, m->size);
 		if (m->fd >= 0)
 			close(m->fd); /* an unnamed file goes with it */
 		media_reset(m);
@@ -479,7 +566,7 @@ int media_open(struct media *m, const char *path, int mode, uint64_t size,
 void media_close(struct media *m)
 {
 	if (m->base) {
-		munmap(m->base, m->size);
+		media_unmap(m->base, m->size);
 		close(m->fd);
 	}
 	media_reset(m);
@@ -515,7 +602,7 @@ int media_map(struct media *m, const char *path, uint64_t off, uint64_t len, int
 	if (!rc && grow && fdatasync(m->fd) < 0)
 		rc = wal_fail(err, WAL_EIO, "%s: fdatasync: %s", path, strerror(errno));
 	if (rc < 0 && *out) {
-		munmap(*out, len);
+		media_unmap(*out, len);
 		*out = NULL;
 	}
 	return rc;

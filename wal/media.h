@@ -75,12 +75,25 @@ int media_open_init(struct media *m, const char *path, int mode, uint64_t size,
 int media_trust(const char *path, const struct stat *st, struct wal_error *err);
 void media_close(struct media *m);
 
+/* Unmap a part that media_map mapped. */
+void media_unmap(void *p, uint64_t len);
+
+/*
+ * For a SIGBUS handler (async-signal-safe): when addr lies in a mapping of
+ * a medium of this process (its file was truncated under it), that mapping
+ * is replaced by private zero pages, so the faulting access can run again
+ * and succeed, and the path of its file is returned; else NULL.  What is
+ * written there from then on is lost: the caller stops writing.
+ */
+const char *media_fault(const void *addr);
+
 /*
  * MEDIA_PARTS: map [off, off+len) of the file (off page-aligned) the way
  * its first part is mapped, bound to the same NUMA node; unmap it with
- * munmap before media_close.  With `grow` the range becomes new zero bytes
- * at the end of the file (whatever lay at or past off is dropped), reserved
- * like a new file's and with the new size durable when this returns.
+ * media_unmap before media_close.  With `grow` the range becomes new zero
+ * bytes at the end of the file (whatever lay at or past off is dropped),
+ * reserved like a new file's and with the new size durable when this
+ * returns.
  */
 int media_map(struct media *m, const char *path, uint64_t off, uint64_t len, int grow,
 	      uint8_t **out, struct wal_error *err);

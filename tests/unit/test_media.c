@@ -901,6 +901,34 @@ static void test_hostile_files(void)
 	unlink(path);
 }
 
+/* A file cut under its mapping: media_fault finds the mapping and puts
+ * zero pages there; an address of no medium is left alone. */
+static void test_fault(void)
+{
+	struct wal_error err = { 0 };
+	struct media m;
+	char path[256], local = 0;
+	const char *got;
+	uint8_t *base;
+
+	test_path(path, sizeof path, "fault");
+	CU_ASSERT_EQUAL_FATAL(media_open(&m, path, MEDIA_WRITE, MiB, -1, WAL_OPEN_CREATE,
+					 &err), 0);
+	m.base[5000] = 7;
+	CU_ASSERT_EQUAL_FATAL(truncate(path, 0), 0);
+	CU_ASSERT_PTR_NULL(media_fault(&local));
+	CU_ASSERT_PTR_NULL(media_fault(m.base + m.size));
+	got = media_fault(m.base + 5000);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(got);
+	CU_ASSERT_STRING_EQUAL(got, path);
+	CU_ASSERT_EQUAL(m.base[5000], 0); /* no SIGBUS: a zero page */
+	m.base[m.size - 1] = 1;
+	base = m.base;
+	media_close(&m);
+	CU_ASSERT_PTR_NULL(media_fault(base)); /* unmapped: forgotten */
+	unlink(path);
+}
+
 /* Every failure above, once more, counting descriptors around them. */
 static void test_no_fd_leaks(void)
 {
@@ -956,6 +984,7 @@ static CU_TestInfo media_tests[] = {
 	{ "creation race: the loser opens the winner's", test_create_race_open },
 	{ "creation race: the loser is busy", test_create_race_busy },
 	{ "hostile files: mode, owner, links", test_hostile_files },
+	{ "a fault in a cut file's mapping", test_fault },
 	CU_TEST_INFO_NULL
 };
 
