@@ -127,20 +127,33 @@ static int has_manifest(int dir)
 /*
  * Open --out, creating it when missing.  A directory that holds anything
  * else than what a restore writes is refused unless it holds a restore's
- * manifest.json: a restore never writes over files it did not make.
+ * manifest.json: a restore never writes over files it did not make.  Nor
+ * into a link, or a directory others could have made first or can write
+ * (media_trust): the KV cache is the user's.
  */
 static int open_out(struct restore *rs)
 {
+	struct wal_error err;
 	struct dirent *e;
+	struct stat st;
 	DIR *d;
-	int fd, tmp, foreign = 0;
+	int fd, tmp, saved, foreign = 0;
 
 	if (mkdir(rs->out, 0700) < 0 && errno != EEXIST)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: cannot create it: %s",
 				rs->out, strerror(errno));
-	if ((rs->dir = open(rs->out, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+	if ((rs->dir = open(rs->out, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+		saved = errno;
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
-				errno == ENOTDIR ? "not a directory" : strerror(errno));
+				!lstat(rs->out, &st) && S_ISLNK(st.st_mode) ?
+				"a symbolic link; refusing to follow it" :
+				saved == ENOTDIR ? "not a directory" : strerror(saved));
+	}
+	if (fstat(rs->dir, &st) < 0)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
+				strerror(errno));
+	if (media_trust(rs->out, &st, &err) < 0)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s", err.msg);
 	if ((fd = dup(rs->dir)) < 0 || !(d = fdopendir(fd))) {
 		if (fd >= 0)
 			close(fd);
