@@ -71,6 +71,9 @@ cmp -s "$dir/hostile.want-err" "$dir/hostile.err" ||
 
 # The application's own SIGBUS, outside moeft's mappings: its disposition
 # (death by SIGBUS: status 128 + 7) or its own handler, as without moeft.
+# A sanitizer build's runtime would be the program's first handler: off.
+ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_sigbus=0
+export ASAN_OPTIONS
 rc=0
 MOEFT_WAL="$dir/own.wal" LD_PRELOAD="$lib" "$sigbus" "$dir/own.page" default \
 	2>"$dir/own.err" || rc=$?
