@@ -29,6 +29,7 @@
 #include "crc32c.h"
 #include "json.h"
 #include "launch.h"
+#include "media.h"
 #include "plan.h"
 #include "record.h"
 #include "restore.h"

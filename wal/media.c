@@ -167,22 +167,21 @@ static int open_dir(const char *path, const char **name, struct wal_error *err)
 	return fd;
 }
 
-/* A new file, unnamed until media_link gives it its path: nobody can see
- * it half made. */
+/* A new file, unnamed until link_unnamed gives it its path: nobody can
+ * see it half made. */
 static int create_unnamed(struct media *m, const char *path, struct wal_error *err)
 {
 	const char *name;
-	int dir = open_dir(path, &name, err);
+	int dir = open_dir(path, &name, err), e;
 
 	if (dir < 0)
 		return dir;
 	m->fd = openat(dir, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-	if (m->fd < 0)
-		wal_fail(err, WAL_EIO, "%s: cannot make an unnamed file in its directory "
-			 "(O_TMPFILE): %s", path, strerror(errno));
+	e = errno;
 	close(dir);
 	if (m->fd < 0)
-		return WAL_EIO;
+		return wal_fail(err, WAL_EIO, "%s: cannot make an unnamed file in its directory "
+				"(O_TMPFILE): %s", path, strerror(e));
 	m->created = 1;
 	return 1;
 }
