@@ -16,6 +16,12 @@
  * and delivered once the handler returns, since it is blocked until then.
  * An application that installs its own handler after ours simply replaces
  * it, and no record is written for that signal.
+ *
+ * One SIGBUS is no crash: a fault in a mapping of the log or the KV store,
+ * whose file was truncated under the process (a full disk, a careless
+ * cleanup).  media_fault puts zero pages there, so the access runs again
+ * and succeeds; capture stops for good with one line, and the server runs
+ * on.  The handler stays in place for the next one.
  */
 #include <errno.h>
 #include <signal.h>
@@ -25,7 +31,10 @@
 #include <unistd.h>
 
 #include "crash.h"
+#include "media.h"
+#include "msg.h"
 #include "record.h"
+#include "shim.h"
 #include "unwind.h"
 #include "wal.h"
 
@@ -38,6 +47,7 @@ static struct {
 	struct sigaction prev[NSIG_CAUGHT];
 	atomic_bool installed;
 	atomic_bool written;              /* one record per process */
+	atomic_bool lost;                 /* one line for a lost medium */
 } crash;
 
 /*
@@ -82,12 +92,41 @@ static void write_record(int sig, const siginfo_t *si, void *uc)
 	(void)wal_append_crash(crash.w, buf, (uint32_t)len);
 }
 
+/* Append s to the line at *p, short of end (no stdio in a handler). */
+static void put(char **p, const char *end, const char *s)
+{
+	while (*s && *p < end)
+		*(*p)++ = *s++;
+}
+
+/* A medium lost under the process: capture off, one line. */
+static void lost(const char *path)
+{
+	char line[512], *p = line, *end = line + sizeof line - 1;
+
+	shim_events_off();
+	if (atomic_exchange(&crash.lost, 1) || msg_level() < WAL_LOG_ERROR)
+		return;
+	put(&p, end, "moeft: ");
+	put(&p, end, path);
+	put(&p, end, ": truncated under this process (SIGBUS in its mapping); "
+	    "capture stopped, running un-instrumented");
+	*p++ = '\n';
+	(void)!write(STDERR_FILENO, line, (size_t)(p - line));
+}
+
 static void on_crash(int sig, siginfo_t *si, void *uc)
 {
 	int saved = errno, i = slot_of(sig);
+	const char *path;
 
 	if (i < 0)
 		return;
+	if (sig == SIGBUS && from_instruction(sig, si) && (path = media_fault(si->si_addr))) {
+		lost(path);
+		errno = saved;
+		return;
+	}
 	/* Never the parent's log from a child of fork() (its handle is gone),
 	 * and one record even when several threads crash at once. */
 	if (getpid() == crash.pid && !atomic_exchange(&crash.written, 1))

@@ -11,7 +11,9 @@ struct wal;
  * delivered writes one WAL_REC_CRASH record (signal, code, address, pid, a
  * backtrace) to w, then the disposition that was there before is put back
  * and the signal delivered to it, so the application's own handlers and
- * core dumps are unchanged.  Call once, with the log open, from the
+ * core dumps are unchanged.  A SIGBUS inside a mapping of the log or the
+ * KV store (its file truncated under the process) is no crash: the
+ * process runs on without capture, after one line (media_fault).  Call once, with the log open, from the
  * preload's start; later calls do nothing.  w must stay mapped for the
  * life of the process (a child of fork() never writes it).
  */

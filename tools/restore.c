@@ -236,14 +236,17 @@ static int retire(struct restore *rs)
  * Open --out, creating it when missing.  A directory that holds anything
  * else than what a restore writes is refused unless it holds a restore's
  * manifest.json: a restore never writes over files it did not make.  Nor
- * over a moeft log or KV store, or the log it reads, whatever their names.
+ * over a moeft log or KV store, or the log it reads, whatever their names;
+ * nor into a link, or a directory others could have made first or can
+ * write (media_trust): the KV cache is the user's.
  */
 static int open_out(struct restore *rs)
 {
+	struct wal_error err;
 	struct dirent *e;
-	struct stat log, *in;
+	struct stat log, *in, st;
 	DIR *d;
-	int fd, tmp, foreign = 0, ret = 0;
+	int fd, tmp, saved, foreign = 0, ret = 0;
 	char parent[PATH_MAX];
 
 	/* DIR itself is made, never its parents: a typo makes no tree */
@@ -255,9 +258,18 @@ static int open_out(struct restore *rs)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: cannot create it: %s",
 				rs->out, strerror(errno));
 	}
-	if ((rs->dir = open(rs->out, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+	if ((rs->dir = open(rs->out, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+		saved = errno;
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
-				errno == ENOTDIR ? "not a directory" : strerror(errno));
+				!lstat(rs->out, &st) && S_ISLNK(st.st_mode) ?
+				"a symbolic link; refusing to follow it" :
+				saved == ENOTDIR ? "not a directory" : strerror(saved));
+	}
+	if (fstat(rs->dir, &st) < 0)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
+				strerror(errno));
+	if (media_trust(rs->out, &st, &err) < 0)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s", err.msg);
 	/* One restore at a time writes a directory; the lock goes with the
 	 * descriptor (at exit, or at the exec of CMD). */
 	if (flock(rs->dir, LOCK_EX | LOCK_NB) < 0)

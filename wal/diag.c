@@ -23,6 +23,7 @@ const char *wal_strerror(int status)
 	case WAL_ENOMEM: return "out of memory";
 	case WAL_ENUMA: return "NUMA node unavailable";
 	case WAL_ECORRUPT: return "log is corrupt";
+	case WAL_EUNSAFE: return "not safe to use: a link, another user's, or writable by others";
 	}
 	return "unknown status";
 }

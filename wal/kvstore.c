@@ -285,6 +285,20 @@ static int format(struct kvs *s, const char *path, uint64_t log_id, struct wal_e
 	return 0;
 }
 
+struct kvs_new {
+	struct kvs *s;
+	uint64_t log_id;
+};
+
+/* A new store is formatted before it appears at its path (media.h). */
+static int format_new(struct media *m, void *arg, struct wal_error *err)
+{
+	struct kvs_new *n = arg;
+
+	(void)m;
+	return format(n->s, n->s->path, n->log_id, err);
+}
+
 /* Take the store over if it is this log's; anything else is formatted: the
  * store of another log must never be used. */
 static int adopt(struct kvs *s, const char *path, uint64_t log_id, uint32_t *npools,
@@ -387,7 +401,8 @@ int kvs_open(const char *path, uint64_t log_id, int numa_node, uint64_t first_un
 	}
 	pthread_mutex_init(&s->lock, NULL);
 	s->id = log_id_crc(log_id);
-	ret = media_open(&s->m, path, MEDIA_PARTS, KVS_META_SIZE, numa_node, WAL_OPEN_CREATE, err);
+	ret = media_open_init(&s->m, path, MEDIA_PARTS, KVS_META_SIZE, numa_node, WAL_OPEN_CREATE,
+			      format_new, &(struct kvs_new){ s, log_id }, err);
 	if (!ret)
 		ret = adopt(s, path, log_id, &n, err);
 	if (!ret)
@@ -407,7 +422,7 @@ void kvs_close(struct kvs *s)
 		return;
 	for (unsigned i = 0; i < KVS_MAX_POOLS; i++)
 		if (s->pool[i].region)
-			munmap(s->pool[i].region, s->pool[i].g.len);
+			media_unmap(s->pool[i].region, s->pool[i].g.len);
 	media_close(&s->m);
 	pthread_mutex_destroy(&s->lock);
 	free(s->path);

@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <linux/magic.h>
@@ -130,32 +131,110 @@ static int bind_node(struct media *m, const char *path, int node, struct wal_err
 
 /* ---- Open ------------------------------------------------------------- */
 
-/* Open (creating when asked and allowed) and, for a writer, lock. */
+int media_trust(const char *path, const struct stat *st, struct wal_error *err)
+{
+	if (st->st_uid != geteuid())
+		return wal_fail(err, WAL_EUNSAFE, "%s: owned by uid %u, not by this user (uid %u); "
+				"refusing to use it: its owner could read or change it", path,
+				(unsigned)st->st_uid, (unsigned)geteuid());
+	if (st->st_mode & (S_IWGRP | S_IWOTH))
+		return wal_fail(err, WAL_EUNSAFE, "%s: writable by group or others (mode %04o); "
+				"refusing to use it: others could read or change it", path,
+				(unsigned)(st->st_mode & 07777));
+	return 0;
+}
+
+static int link_refused(const char *path, struct wal_error *err)
+{
+	return wal_fail(err, WAL_EUNSAFE, "%s: a symbolic link; refusing to follow it", path);
+}
+
+/* The directory of path, open, and the name in it. */
+static int open_dir(const char *path, const char **name, struct wal_error *err)
+{
+	const char *slash = strrchr(path, '/');
+	char dir[PATH_MAX];
+	int fd;
+
+	*name = slash ? slash + 1 : path;
+	if (!slash)
+		snprintf(dir, sizeof dir, ".");
+	else if (snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path) >= (int)sizeof dir)
+		return wal_fail(err, WAL_EINVAL, "%s: path too long", path);
+	fd = open(slash == path ? "/" : dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return wal_fail(err, WAL_EIO, "%s: its directory: %s", path, strerror(errno));
+	return fd;
+}
+
+/* A new file, unnamed until link_unnamed gives it its path: nobody can
+ * see it half made. */
+static int create_unnamed(struct media *m, const char *path, struct wal_error *err)
+{
+	const char *name;
+	int dir = open_dir(path, &name, err), e;
+
+	if (dir < 0)
+		return dir;
+	m->fd = openat(dir, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	e = errno;
+	close(dir);
+	if (m->fd < 0)
+		return wal_fail(err, WAL_EIO, "%s: cannot make an unnamed file in its directory "
+				"(O_TMPFILE): %s", path, strerror(e));
+	m->created = 1;
+	return 1;
+}
+
+/* Link the unnamed file at path, durably, never over an existing one: 0,
+ * 1 when another process made path first, or a negative wal_status. */
+static int link_unnamed(const struct media *m, const char *path, struct wal_error *err)
+{
+	char proc[32];
+	const char *name;
+	int dir = open_dir(path, &name, err), e = 0;
+
+	if (dir < 0)
+		return dir;
+	snprintf(proc, sizeof proc, "/proc/self/fd/%d", m->fd);
+	if (linkat(AT_FDCWD, proc, dir, name, AT_SYMLINK_FOLLOW) < 0 || fsync(dir) < 0)
+		e = errno;
+	close(dir);
+	if (e == EEXIST)
+		return 1;
+	return e ? wal_fail(err, WAL_EIO, "%s: linking the new file in place: %s", path,
+			    strerror(e)) : 0;
+}
+
+/*
+ * Open and, for a writer, check and lock.  A missing file a writer may
+ * create is made unnamed (1 returned), and locked before it can be seen.
+ */
 static int open_locked(struct media *m, const char *path, int mode, unsigned flags,
 		       struct wal_error *err)
 {
-	int wr = mode != MEDIA_READ;
+	int wr = mode != MEDIA_READ, made = 0, rc;
+	struct stat st;
 
-	for (;;) {
-		m->fd = open(path, (wr ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-		if (m->fd >= 0 || errno != ENOENT || !wr || !(flags & WAL_OPEN_CREATE))
-			break;
-		m->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-		if (m->fd >= 0) {
-			m->created = 1;
-			break;
-		}
-		if (errno != EEXIST) /* else: lost a race to create; open theirs */
-			break;
+	m->fd = open(path, (wr ? O_RDWR | O_NOFOLLOW : O_RDONLY) | O_CLOEXEC);
+	if (m->fd < 0 && errno == ENOENT && wr && (flags & WAL_OPEN_CREATE)) {
+		if ((made = create_unnamed(m, path, err)) < 0)
+			return made;
+	} else if (m->fd < 0) {
+		return errno == ELOOP && wr ? link_refused(path, err) :
+		       wal_fail(err, WAL_EIO, "%s: %s", path, strerror(errno));
+	} else if (wr) {
+		if (fstat(m->fd, &st) < 0)
+			return wal_fail(err, WAL_EIO, "%s: fstat: %s", path, strerror(errno));
+		if (!S_ISCHR(st.st_mode) && (rc = media_trust(path, &st, err)) < 0)
+			return rc;
 	}
-	if (m->fd < 0)
-		return wal_fail(err, WAL_EIO, "%s: %s", path, strerror(errno));
 	if (wr && flock(m->fd, LOCK_EX | LOCK_NB) < 0) {
 		if (errno == EWOULDBLOCK)
 			return wal_fail(err, WAL_EBUSY, "%s: in use by another writer", path);
 		return wal_fail(err, WAL_EIO, "%s: flock: %s", path, strerror(errno));
 	}
-	return 0;
+	return made;
 }
 
 /* Read a decimal sysfs attribute such as a device-DAX node's size. */
@@ -261,7 +340,7 @@ static int map_at(const char *path, int prot, int flags, int fd, uint64_t off, u
  * of the process but not the loss of power.  Later parts follow the
  * first, and a device-DAX node (its kind known from sysfs) maps shared.
  */
-static int map_file(struct media *m, const char *path, int mode, uint64_t off, uint64_t len,
+static int map_kind(struct media *m, const char *path, int mode, uint64_t off, uint64_t len,
 		    uint8_t **out, struct wal_error *err)
 {
 	int prot = mode == MEDIA_READ ? PROT_READ : PROT_READ | PROT_WRITE;
@@ -292,6 +371,92 @@ static int map_file(struct media *m, const char *path, int mode, uint64_t off, u
 	return map_at(path, prot, MAP_SHARED, m->fd, off, len, out, err);
 }
 
+/* ---- Mappings, for a SIGBUS handler ----------------------------------- */
+
+/*
+ * Every mapping of a medium in this process, so that a fault in one (its
+ * file truncated under it) can be told from the application's own.  A
+ * node is claimed with `used`, filled, then published by its base; a
+ * signal handler may walk the list at any time, so nodes are never freed,
+ * only reused.
+ */
+struct mapping {
+	struct mapping *next;
+	atomic_int used;
+	_Atomic uintptr_t base;  /* 0: not published */
+	uint64_t len;
+	char *path;
+};
+
+static _Atomic(struct mapping *) mappings;
+
+/* Remember [p, p+len) as path's.  Out of memory, it is not remembered:
+ * a fault there is then the process's end, as it always was. */
+static void remember(const char *path, uint8_t *p, uint64_t len)
+{
+	struct mapping *n = atomic_load(&mappings);
+	char *copy = strdup(path);
+
+	while (n && atomic_exchange(&n->used, 1))
+		n = n->next;
+	if (!n && copy && (n = calloc(1, sizeof *n))) {
+		n->used = 1;
+		n->next = atomic_load(&mappings);
+		while (!atomic_compare_exchange_weak(&mappings, &n->next, n))
+			;
+	}
+	if (!n || !copy) {
+		if (n)
+			atomic_store(&n->used, 0);
+		free(copy);
+		return;
+	}
+	n->len = len;
+	n->path = copy;
+	atomic_store_explicit(&n->base, (uintptr_t)p, memory_order_release);
+}
+
+void media_unmap(void *p, uint64_t len)
+{
+	for (struct mapping *n = atomic_load(&mappings); n; n = n->next)
+		if (atomic_load_explicit(&n->base, memory_order_acquire) == (uintptr_t)p) {
+			atomic_store(&n->base, 0);
+			free(n->path);
+			n->path = NULL;
+			atomic_store(&n->used, 0);
+			break;
+		}
+	munmap(p, len);
+}
+
+const char *media_fault(const void *addr)
+{
+	uintptr_t a = (uintptr_t)addr, b;
+
+	for (struct mapping *n = atomic_load(&mappings); n; n = n->next) {
+		b = atomic_load_explicit(&n->base, memory_order_acquire);
+		if (!b || a < b || a - b >= n->len)
+			continue;
+		/* mmap is a plain system call: safe in a handler. */
+		if (mmap((void *)b, n->len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+			return NULL;
+		return n->path;
+	}
+	return NULL;
+}
+
+/* Map and remember. */
+static int map_file(struct media *m, const char *path, int mode, uint64_t off, uint64_t len,
+		    uint8_t **out, struct wal_error *err)
+{
+	int rc = map_kind(m, path, mode, off, len, out, err);
+
+	if (!rc)
+		remember(path, *out, len);
+	return rc;
+}
+
 /* Give [off, off+len) its blocks now, so running out shows here; on
  * failure the file ends at off again. */
 static int reserve_range(const struct media *m, const char *path, uint64_t off, uint64_t len,
@@ -320,28 +485,29 @@ static int not_regular(const char *path, int mode, struct wal_error *err)
 	return wal_fail(err, WAL_EINVAL, "%s: not a regular file or a device-DAX node", path);
 }
 
-int media_open(struct media *m, const char *path, int mode, uint64_t size,
-	       int numa_node, unsigned flags, struct wal_error *err)
+/* One try of media_open_init: 1 when another process linked a new file
+ * at path while this one made its own (nothing is left open). */
+static int open_once(struct media *m, const char *path, int mode, uint64_t size, int numa_node,
+		     unsigned flags, media_init_fn init, void *arg, struct wal_error *err)
 {
 	struct stat st;
-	int made, rc;
+	int unnamed, rc;
 
-	media_reset(m);
-	if (mode != MEDIA_READ && mode != MEDIA_WRITE && mode != MEDIA_PARTS)
-		return wal_fail(err, WAL_EINVAL, "%s: bad open mode %d", path, mode);
-	if (numa_node >= 0 && (rc = check_node(numa_node, path, err)) < 0)
-		return rc;
-	/* Refuse directories and FIFOs before open() could block on one. */
-	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) &&
-	    (!S_ISCHR(st.st_mode) || mode == MEDIA_PARTS))
-		return not_regular(path, mode, err);
+	/* Refuse links, directories and FIFOs before open() could follow or
+	 * block on one. */
+	if ((mode == MEDIA_READ ? stat(path, &st) : lstat(path, &st)) == 0) {
+		if (S_ISLNK(st.st_mode))
+			return link_refused(path, err);
+		if (!S_ISREG(st.st_mode) && (!S_ISCHR(st.st_mode) || mode == MEDIA_PARTS))
+			return not_regular(path, mode, err);
+	}
 
-	rc = open_locked(m, path, mode, flags, err);
-	made = m->created;
+	unnamed = open_locked(m, path, mode, flags, err);
+	rc = unnamed < 0 ? unnamed : 0;
 	if (!rc && fstat(m->fd, &st) < 0)
 		rc = wal_fail(err, WAL_EIO, "%s: fstat: %s", path, strerror(errno));
 	if (!rc && mode == MEDIA_PARTS && !S_ISREG(st.st_mode))
-		rc = not_regular(path, mode, err); /* replaced since the stat() */
+		rc = not_regular(path, mode, err); /* replaced since the lstat() */
 	if (!rc)
 		rc = S_ISCHR(st.st_mode) ? size_devdax(m, path, &st, err) :
 					   size_file(m, path, mode, size, &st, err);
@@ -351,16 +517,47 @@ int media_open(struct media *m, const char *path, int mode, uint64_t size,
 		rc = bind_node(m, path, numa_node, err);
 	if (!rc && m->created)
 		rc = reserve_range(m, path, 0, m->size, err);
-	if (rc < 0) {
-		if (made)
-			unlink(path); /* still under our lock */
+	if (!rc && m->created && init)
+		rc = init(m, arg, err);
+	if (!rc && unnamed > 0)
+		rc = link_unnamed(m, path, err);
+	if (rc) {
 		if (m->base)
-			munmap(m->base, m->size);
+			media_unmap(m->base, m->size);
 		if (m->fd >= 0)
-			close(m->fd);
+			close(m->fd); /* an unnamed file goes with it */
 		media_reset(m);
 	}
 	return rc;
+}
+
+/* Tries: a path that keeps being made and removed by others is given up. */
+#define OPEN_TRIES 3
+
+int media_open_init(struct media *m, const char *path, int mode, uint64_t size,
+		    int numa_node, unsigned flags, media_init_fn init, void *arg,
+		    struct wal_error *err)
+{
+	int rc;
+
+	media_reset(m);
+	if (mode != MEDIA_READ && mode != MEDIA_WRITE && mode != MEDIA_PARTS)
+		return wal_fail(err, WAL_EINVAL, "%s: bad open mode %d", path, mode);
+	if (numa_node >= 0 && (rc = check_node(numa_node, path, err)) < 0)
+		return rc;
+	rc = 1;
+	for (int i = 0; i < OPEN_TRIES && rc > 0; i++)
+		rc = open_once(m, path, mode, size, numa_node, flags, init, arg, err);
+	if (rc > 0)
+		return wal_fail(err, WAL_EBUSY, "%s: created by other processes at the same "
+				"time, %d times; try again", path, OPEN_TRIES);
+	return rc;
+}
+
+int media_open(struct media *m, const char *path, int mode, uint64_t size,
+	       int numa_node, unsigned flags, struct wal_error *err)
+{
+	return media_open_init(m, path, mode, size, numa_node, flags, NULL, NULL, err);
 }
 
 /* An open medium always has a mapping, so a zeroed struct (fd 0) is left
@@ -368,7 +565,7 @@ int media_open(struct media *m, const char *path, int mode, uint64_t size,
 void media_close(struct media *m)
 {
 	if (m->base) {
-		munmap(m->base, m->size);
+		media_unmap(m->base, m->size);
 		close(m->fd);
 	}
 	media_reset(m);
@@ -404,7 +601,7 @@ int media_map(struct media *m, const char *path, uint64_t off, uint64_t len, int
 	if (!rc && grow && fdatasync(m->fd) < 0)
 		rc = wal_fail(err, WAL_EIO, "%s: fdatasync: %s", path, strerror(errno));
 	if (rc < 0 && *out) {
-		munmap(*out, len);
+		media_unmap(*out, len);
 		*out = NULL;
 	}
 	return rc;

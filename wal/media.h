@@ -7,6 +7,16 @@
  * device-DAX node (/dev/daxX.Y: MAP_SHARED, size from sysfs, 2 MiB aligned,
  * never truncated).  Files are created with mode 0600.
  *
+ * A new file is made unnamed (O_TMPFILE) in the path's directory, sized,
+ * reserved and initialised (the log formatted), and only then linked at
+ * its path, never over anything: a process killed at any instant leaves
+ * no file or a whole one, and one that loses a race to create the path
+ * opens the winner's.  A writer refuses a symbolic link, a file owned by
+ * another user or one that group or others may write (media_trust): a
+ * predictable path in a world-writable directory such as /dev/shm is no
+ * one else's to pre-create.  A device-DAX node is the administrator's
+ * and is not checked; neither is a reader's file.
+ *
  * The KV store beside a log is a regular file mapped in parts (MEDIA_PARTS):
  * it grows by whole parts, each mapped on its own, so a mapping never
  * moves and no pointer into one goes stale.
@@ -16,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "wal.h"
 
@@ -28,6 +39,10 @@ struct media {
 	uint64_t size;   /* bytes mapped at base */
 	int created;     /* the file was created (or was empty) by this open */
 };
+
+/* Makes a new medium what its path may show (formats it); 0 or a negative
+ * wal_status with err filled. */
+typedef int (*media_init_fn)(struct media *m, void *arg, struct wal_error *err);
 
 enum media_mode {
 	MEDIA_READ = 0,  /* read-only map, no lock, never creates */
@@ -47,6 +62,17 @@ enum media_mode {
  */
 int media_open(struct media *m, const char *path, int mode, uint64_t size,
 	       int numa_node, unsigned flags, struct wal_error *err);
+
+/* media_open, with init (when not NULL) run on a medium this open created
+ * or took over empty, before a new file is linked at its path. */
+int media_open_init(struct media *m, const char *path, int mode, uint64_t size,
+		    int numa_node, unsigned flags, media_init_fn init, void *arg,
+		    struct wal_error *err);
+
+/* Whether a writer may use the existing file or directory at path with
+ * status st: owned by this process's user and not writable by group or
+ * others.  0, or WAL_EUNSAFE with err naming path and the reason. */
+int media_trust(const char *path, const struct stat *st, struct wal_error *err);
 void media_close(struct media *m);
 
 /* Whether a writer holds the medium at path now (the lock media_open
@@ -54,12 +80,25 @@ void media_close(struct media *m);
  * path cannot be opened.  A restore must not race a log's live writer. */
 int media_writer_alive(const char *path, struct wal_error *err);
 
+/* Unmap a part that media_map mapped. */
+void media_unmap(void *p, uint64_t len);
+
+/*
+ * For a SIGBUS handler (async-signal-safe): when addr lies in a mapping of
+ * a medium of this process (its file was truncated under it), that mapping
+ * is replaced by private zero pages, so the faulting access can run again
+ * and succeed, and the path of its file is returned; else NULL.  What is
+ * written there from then on is lost: the caller stops writing.
+ */
+const char *media_fault(const void *addr);
+
 /*
  * MEDIA_PARTS: map [off, off+len) of the file (off page-aligned) the way
  * its first part is mapped, bound to the same NUMA node; unmap it with
- * munmap before media_close.  With `grow` the range becomes new zero bytes
- * at the end of the file (whatever lay at or past off is dropped), reserved
- * like a new file's and with the new size durable when this returns.
+ * media_unmap before media_close.  With `grow` the range becomes new zero
+ * bytes at the end of the file (whatever lay at or past off is dropped),
+ * reserved like a new file's and with the new size durable when this
+ * returns.
  */
 int media_map(struct media *m, const char *path, uint64_t off, uint64_t len, int grow,
 	      uint8_t **out, struct wal_error *err);

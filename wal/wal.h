@@ -33,7 +33,9 @@ enum wal_status {
 	WAL_E2BIG = -7,    /* record larger than the log can ever hold */
 	WAL_ENOMEM = -8,
 	WAL_ENUMA = -9,    /* NUMA node missing or binding failed */
-	WAL_ECORRUPT = -10 /* damage found inside the committed part */
+	WAL_ECORRUPT = -10, /* damage found inside the committed part */
+	WAL_EUNSAFE = -11  /* a symbolic link, another user's file, or one that
+			      others may write: refused */
 };
 
 const char *wal_strerror(int status);
@@ -95,6 +97,9 @@ struct wal;
  * history survives.  A medium that holds no log is formatted when it is
  * blank, refused (WAL_ENOTLOG) when it holds anything else (blank.h).
  * Only one writer may hold a log (flock); a second one gets WAL_EBUSY.
+ * A new log appears at path only once formatted (media.h); a symbolic
+ * link, a file of another user or one writable by group or others is
+ * refused (WAL_EUNSAFE).
  */
 int wal_open(const char *path, const struct wal_options *opt, struct wal **out,
 	     struct wal_error *err);

@@ -138,6 +138,13 @@ static int format(struct wal *w, struct wal_error *err)
 	return 0;
 }
 
+/* A new medium is formatted before it appears at its path (media.h). */
+static int format_new(struct media *m, void *w, struct wal_error *err)
+{
+	(void)m;
+	return format(w, err);
+}
+
 /*
  * Zero [pos, pos+len) of the ring, last byte first.  The dropped tail of an
  * epoch reuses LSNs and window ids that the next epoch hands out again; left
@@ -465,10 +472,10 @@ int wal_open(const char *path, const struct wal_options *opt, struct wal **out,
 		return wal_fail(err, WAL_ENOMEM, "out of memory");
 	w->m.fd = -1;
 	pthread_mutex_init(&w->lock, NULL);
-	ret = media_open(&w->m, path, MEDIA_WRITE, opt->size ? opt->size : WAL_DEFAULT_SIZE,
-			 opt->numa_node, opt->flags, err);
-	if (ret == 0) {
-		int state = w->m.created || (opt->flags & WAL_OPEN_FORMAT) ? WAL_MEDIUM_BLANK :
+	ret = media_open_init(&w->m, path, MEDIA_WRITE, opt->size ? opt->size : WAL_DEFAULT_SIZE,
+			      opt->numa_node, opt->flags, format_new, w, err);
+	if (ret == 0 && !w->m.created) {
+		int state = opt->flags & WAL_OPEN_FORMAT ? WAL_MEDIUM_BLANK :
 			    wal_medium_state(&w->m);
 
 		if (state == WAL_MEDIUM_BLANK)

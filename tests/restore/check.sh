@@ -238,4 +238,29 @@ usage "--out $dir/foreign: not empty" --wal "$dir/eager.wal" --out "$dir/foreign
 usage "--out $dir/fresh.wal: not a directory" --wal "$dir/eager.wal" --out "$dir/fresh.wal"
 usage "--out $dir/no/such: no such directory: $dir/no " --wal "$dir/eager.wal" --out "$dir/no/such"
 [ "$(ls "$dir/foreign")" = notes.txt ] || fail "foreign: files were written"
+
+# An output directory another user could have made first, or a link: refused
+# with the reason, nothing written.  As root, one of nobody's is the attack.
+unsafe="refusing to use it: others could read or change it"
+mkdir -m 0777 "$dir/open"
+usage "--out $dir/open: writable by group or others (mode 0777); $unsafe" \
+	--wal "$dir/eager.wal" --out "$dir/open"
+ln -s "$dir/json" "$dir/link"
+usage "--out $dir/link: a symbolic link; refusing to follow it" \
+	--wal "$dir/eager.wal" --out "$dir/link"
+if [ "$(id -u)" = 0 ]; then
+	mkdir "$dir/nobody" && chown 65534 "$dir/nobody"
+	usage "--out $dir/nobody: owned by uid 65534, not by this user (uid 0); refusing" \
+		--wal "$dir/eager.wal" --out "$dir/nobody"
+	[ -z "$(ls "$dir/nobody")" ] || fail "nobody's: files were written"
+fi
+[ -z "$(ls "$dir/open")" ] || fail "open: files were written"
+# The default output of an online restore, PATH.restore, likewise; the
+# command is not started.
+cp "$dir/eager.wal" "$dir/online.wal" && cp "$dir/eager.wal.kv" "$dir/online.wal.kv"
+mkdir -m 0777 "$dir/online.wal.restore"
+usage "--out $dir/online.wal.restore: writable by group or others (mode 0777); $unsafe" \
+	--wal "$dir/online.wal" --preload "$lib" -- touch "$dir/started"
+[ ! -e "$dir/started" ] || fail "PATH.restore refused: the command was started"
+[ -z "$(ls "$dir/online.wal.restore")" ] || fail "PATH.restore: files were written"
 echo "restore check.sh: all checks passed"

@@ -663,6 +663,272 @@ static void test_close_zeroed(void)
 	CU_ASSERT_EQUAL(fcntl(0, F_GETFD), fd0); /* fd 0 was not closed */
 }
 
+/* ---- A new file appears only whole (media_open_init) ------------------ */
+
+static int init_seen;
+
+/* Notes whether the file is visible at its path (arg) while made. */
+static int init_probe(struct media *m, void *arg, struct wal_error *err)
+{
+	(void)err;
+	init_seen = exists(arg);
+	memcpy(m->base, "formatted", 10);
+	return 0;
+}
+
+static int init_refuses(struct media *m, void *arg, struct wal_error *err)
+{
+	(void)m;
+	(void)arg;
+	return wal_fail(err, WAL_EINVAL, "init refused");
+}
+
+static void test_create_unseen(void)
+{
+	struct wal_error err = { 0 };
+	struct media m;
+	struct stat st;
+	char path[256], head[10];
+	int fd;
+
+	test_path(path, sizeof path, "unseen");
+	init_seen = -1;
+	CU_ASSERT_EQUAL_FATAL(media_open_init(&m, path, MEDIA_WRITE, MiB, -1, WAL_OPEN_CREATE,
+					      init_probe, path, &err), 0);
+	CU_ASSERT_EQUAL(init_seen, 0);
+	CU_ASSERT_EQUAL(m.created, 1);
+	media_close(&m);
+	CU_ASSERT_EQUAL_FATAL(stat(path, &st), 0);
+	CU_ASSERT_EQUAL(st.st_mode & 07777, 0600);
+	CU_ASSERT_EQUAL(st.st_size, (off_t)MiB);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	CU_ASSERT_EQUAL(read(fd, head, sizeof head), (ssize_t)sizeof head);
+	CU_ASSERT_STRING_EQUAL(head, "formatted");
+	close(fd);
+
+	/* An existing file is not made again. */
+	init_seen = -1;
+	CU_ASSERT_EQUAL_FATAL(media_open_init(&m, path, MEDIA_WRITE, MiB, -1, WAL_OPEN_CREATE,
+					      init_probe, path, &err), 0);
+	CU_ASSERT_EQUAL(init_seen, -1);
+	CU_ASSERT_EQUAL(m.created, 0);
+	media_close(&m);
+	unlink(path);
+
+	/* A failed init leaves nothing at the path. */
+	CU_ASSERT_EQUAL(media_open_init(&m, path, MEDIA_PARTS, 8192, -1, WAL_OPEN_CREATE,
+					init_refuses, NULL, &err), WAL_EINVAL);
+	CU_ASSERT_STRING_EQUAL(err.msg, "init refused");
+	CU_ASSERT_FALSE(exists(path));
+}
+
+/* The child's init: says it started (a byte on gate[0]), waits for
+ * gate[1] to close, writes "loser". */
+static int gate[2][2];
+
+static int init_gated(struct media *m, void *arg, struct wal_error *err)
+{
+	char c = 0;
+
+	(void)arg;
+	(void)err;
+	if (write(gate[0][1], &c, 1) != 1 || read(gate[1][0], &c, 1) < 0)
+		return WAL_EIO;
+	memcpy(m->base, "loser", 6);
+	return 0;
+}
+
+/* A child that creates path with init_gated and exits with what it got:
+ * 0 created, 1 opened another's file with "winner" in it, 2 busy, 3 else. */
+static pid_t gated_child(const char *path)
+{
+	struct wal_error err = { 0 };
+	struct media m;
+	pid_t pid;
+	int rc;
+
+	CU_ASSERT_FATAL(pipe(gate[0]) == 0 && pipe(gate[1]) == 0);
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	close(gate[pid ? 0 : 1][1]);
+	close(gate[pid ? 1 : 0][0]);
+	if (pid)
+		return pid;
+	rc = media_open_init(&m, path, MEDIA_WRITE, MiB, -1, WAL_OPEN_CREATE, init_gated, NULL,
+			     &err);
+	if (rc == WAL_EBUSY && has(err.msg, "in use by another writer"))
+		_exit(2);
+	if (rc < 0)
+		_exit(3);
+	_exit(m.created ? 0 : !memcmp(m.base, "winner", 7) ? 1 : 3);
+}
+
+static int gated_status(pid_t pid)
+{
+	int status;
+
+	close(gate[1][1]); /* lets the child's init go on */
+	close(gate[0][0]);
+	CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+/* A writer killed while it makes the file leaves none. */
+static void test_create_killed(void)
+{
+	char path[256], c;
+	pid_t pid;
+
+	test_path(path, sizeof path, "create-killed");
+	pid = gated_child(path);
+	CU_ASSERT_EQUAL(read(gate[0][0], &c, 1), 1);
+	kill(pid, SIGKILL);
+	CU_ASSERT_EQUAL(gated_status(pid), -SIGKILL);
+	CU_ASSERT_FALSE(exists(path));
+}
+
+/* Two writers make the same file at once: the one that links it first
+ * wins; the other drops its own and opens the winner's, or is told it is
+ * busy while the winner holds it. */
+static void race(int keep)
+{
+	struct wal_error err = { 0 };
+	struct media m;
+	char path[256], c;
+	pid_t pid;
+
+	test_path(path, sizeof path, keep ? "race-busy" : "race-open");
+	pid = gated_child(path);
+	CU_ASSERT_EQUAL(read(gate[0][0], &c, 1), 1);
+	CU_ASSERT_EQUAL_FATAL(media_open(&m, path, MEDIA_WRITE, MiB, -1, WAL_OPEN_CREATE,
+					 &err), 0);
+	CU_ASSERT_EQUAL(m.created, 1);
+	memcpy(m.base, "winner", 7);
+	if (!keep)
+		media_close(&m);
+	CU_ASSERT_EQUAL(gated_status(pid), keep ? 2 : 1);
+	if (keep)
+		media_close(&m);
+	unlink(path);
+}
+
+static void test_create_race_open(void)
+{
+	race(0);
+}
+
+static void test_create_race_busy(void)
+{
+	race(1);
+}
+
+/* ---- What another user may pre-create at a predictable path ------------ */
+
+static void expect_unsafe(const char *path, const char *why)
+{
+	static const int modes[] = { MEDIA_WRITE, MEDIA_PARTS };
+	struct wal_error err = { 0 };
+	struct media m;
+	char want[512];
+
+	snprintf(want, sizeof want, "%s: %s", path, why);
+	for (unsigned i = 0; i < 2; i++) {
+		CU_ASSERT_EQUAL(media_open(&m, path, modes[i], MiB, -1, WAL_OPEN_CREATE, &err),
+				WAL_EUNSAFE);
+		CU_ASSERT_STRING_EQUAL(err.msg, want);
+		CU_ASSERT_PTR_NULL(m.base);
+	}
+}
+
+/* A file at path holding "theirs", then given mode and owner. */
+static void plant(const char *path, mode_t mode, uid_t uid)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(write(fd, "theirs", 6), 6);
+	CU_ASSERT_EQUAL(fchmod(fd, mode), 0);
+	CU_ASSERT_EQUAL(fchown(fd, uid, (gid_t)-1), 0);
+	close(fd);
+}
+
+/* The file still holds "theirs" and nothing else. */
+static int untouched(const char *path)
+{
+	size_t len;
+	char *p = test_slurp(path, &len);
+	int same = p && len == 6 && !memcmp(p, "theirs", 6);
+
+	free(p);
+	return same;
+}
+
+static void test_hostile_files(void)
+{
+	char path[256], other[256], why[160];
+
+	test_path(path, sizeof path, "hostile");
+	test_path(other, sizeof other, "hostile-target");
+
+	plant(path, 0666, geteuid());
+	expect_unsafe(path, "writable by group or others (mode 0666); refusing to use it: "
+		      "others could read or change it");
+	CU_ASSERT(untouched(path));
+	CU_ASSERT_EQUAL(chmod(path, 0620), 0);
+	expect_unsafe(path, "writable by group or others (mode 0620); refusing to use it: "
+		      "others could read or change it");
+	unlink(path);
+
+	/* As root, a file of nobody's is exactly the attack: refused too. */
+	if (geteuid() == 0) {
+		plant(path, 0600, 65534);
+		snprintf(why, sizeof why, "owned by uid 65534, not by this user (uid 0); "
+			 "refusing to use it: its owner could read or change it");
+		expect_unsafe(path, why);
+		CU_ASSERT(untouched(path));
+		unlink(path);
+	}
+
+	/* A link to another file is not followed; nor is one to nothing,
+	 * where a new file would be made. */
+	plant(other, 0600, geteuid());
+	CU_ASSERT_EQUAL_FATAL(symlink(other, path), 0);
+	expect_unsafe(path, "a symbolic link; refusing to follow it");
+	CU_ASSERT(untouched(other));
+	unlink(other);
+	expect_unsafe(path, "a symbolic link; refusing to follow it");
+	CU_ASSERT_FALSE(exists(other));
+	unlink(path);
+}
+
+/* A file cut under its mapping: media_fault finds the mapping and puts
+ * zero pages there; an address of no medium is left alone. */
+static void test_fault(void)
+{
+	struct wal_error err = { 0 };
+	struct media m;
+	char path[256], local = 0;
+	const char *got;
+	uint8_t *base;
+
+	test_path(path, sizeof path, "fault");
+	CU_ASSERT_EQUAL_FATAL(media_open(&m, path, MEDIA_WRITE, MiB, -1, WAL_OPEN_CREATE,
+					 &err), 0);
+	m.base[5000] = 7;
+	CU_ASSERT_EQUAL_FATAL(truncate(path, 0), 0);
+	CU_ASSERT_PTR_NULL(media_fault(&local));
+	CU_ASSERT_PTR_NULL(media_fault(m.base + m.size));
+	got = media_fault(m.base + 5000);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(got);
+	CU_ASSERT_STRING_EQUAL(got, path);
+	CU_ASSERT_EQUAL(m.base[5000], 0); /* no SIGBUS: a zero page */
+	m.base[m.size - 1] = 1;
+	base = m.base;
+	media_close(&m);
+	CU_ASSERT_PTR_NULL(media_fault(base)); /* unmapped: forgotten */
+	unlink(path);
+}
+
 /* Every failure above, once more, counting descriptors around them. */
 static void test_no_fd_leaks(void)
 {
@@ -713,6 +979,12 @@ static CU_TestInfo media_tests[] = {
 	{ "persist", test_persist },
 	{ "close on a zeroed struct", test_close_zeroed },
 	{ "no fd leaks on errors", test_no_fd_leaks },
+	{ "a new file is unseen until made", test_create_unseen },
+	{ "a writer killed while making the file leaves none", test_create_killed },
+	{ "creation race: the loser opens the winner's", test_create_race_open },
+	{ "creation race: the loser is busy", test_create_race_busy },
+	{ "hostile files: mode, owner, links", test_hostile_files },
+	{ "a fault in a cut file's mapping", test_fault },
 	CU_TEST_INFO_NULL
 };
 

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/wait.h>
 
 #include <numa.h>
 
@@ -1011,6 +1012,58 @@ static void test_zero_file_formatted(void)
 	unlink(path);
 }
 
+static long elapsed_us(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (t.tv_sec - t0->tv_sec) * 1000000L + (t.tv_nsec - t0->tv_nsec) / 1000;
+}
+
+/*
+ * kill -9 at random instants across the creation of a large log (its
+ * pages reserved, then formatted): each kill leaves no file, or a log a
+ * reader recovers, never a half-made one.  Both outcomes must occur, or
+ * the kills missed the creation.
+ */
+static void test_killed_creating(void)
+{
+	const uint64_t size = 256 * MiB;
+	struct wal_reader *r;
+	struct timespec t0;
+	int none = 0, logs = 0, status;
+	char path[256];
+	long span;
+	pid_t pid;
+
+	test_path(path, sizeof path, "killed-creating");
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	wal_close(open_log(path, size, WAL_OPEN_CREATE));
+	span = elapsed_us(&t0) + 1;
+	unlink(path);
+	srand((unsigned)getpid());
+	for (int i = 0; i < 40; i++) {
+		pid = fork();
+		CU_ASSERT_FATAL(pid >= 0);
+		if (pid == 0)
+			_exit(open_log(path, size, WAL_OPEN_CREATE) ? 0 : 1);
+		usleep((useconds_t)(rand() % (2 * span)));
+		kill(pid, SIGKILL);
+		CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+		if (access(path, F_OK) != 0) {
+			none++;
+			continue;
+		}
+		r = read_log(path);
+		CU_ASSERT_PTR_NOT_NULL(r);
+		wal_reader_close(r);
+		logs++;
+		unlink(path);
+	}
+	CU_ASSERT(none > 0);
+	CU_ASSERT(logs > 0);
+}
+
 static void test_wrong_numa_node(void)
 {
 	struct wal_options opt;
@@ -1201,6 +1254,7 @@ static CU_TestInfo open_tests[] = {
 	{ "an interrupted format is taken over", test_interrupted_format_taken_over },
 	{ "file of zeros formatted", test_zero_file_formatted },
 	{ "NUMA node that does not exist", test_wrong_numa_node },
+	{ "killed while creating: no log or a whole one", test_killed_creating },
 	CU_TEST_INFO_NULL
 };
 
