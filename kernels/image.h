@@ -1,6 +1,6 @@
 /*
- * image.h - where moeft's kernels come from: the images to offer the
- * driver, in order, and the kernels' names in them.
+ * image.h - where moeft's kernels come from: the images the preload offers
+ * the driver, and the kernels' names in them.
  */
 #ifndef MOEFT_IMAGE_H
 #define MOEFT_IMAGE_H
@@ -8,9 +8,10 @@
 #define KERNEL_CAPTURE_APPEND "moeft_capture_append"
 #define KERNEL_KV_SNAPSHOT "moeft_kv_snapshot"
 
-/* The sm_90 fatbin with compute_90 PTX when nvcc built one, then the host
- * image (host_image.h). */
-extern const void *const kernel_images[];
+/* The sm_90 fatbin with compute_90 PTX, when nvcc built one: kernel_nimages
+ * is 1, else 0.  A module image named by MOEFT_KERNEL_IMAGE goes first (a
+ * driver that runs kernels on the host hands its own in that way). */
+extern const void *const kernel_images[1];
 extern const unsigned kernel_nimages;
 
 #endif

@@ -9,12 +9,14 @@
  * secure_getenv so a set-id program never takes a log path from its caller.
  */
 #include <ctype.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include "config.h"
 #include "decimal.h"
@@ -41,7 +43,7 @@
 const char *const config_vars[] = {
 	"MOEFT_WAL", "MOEFT_WAL_SIZE", "MOEFT_NUMA_NODE", "MOEFT_WINDOW", "MOEFT_COMMIT",
 	"MOEFT_PROFILE", "MOEFT_KV", "MOEFT_LOG", "MOEFT_DISABLE", "MOEFT_STRICT",
-	"MOEFT_RESTORE_AT",
+	"MOEFT_RESTORE_AT", "MOEFT_KERNEL_IMAGE",
 	/* Set by `moeft restore` for the process it starts: the plan the
 	 * preload follows, and the manifest for the application's own
 	 * recovery hook (the preload never reads it). */
@@ -268,8 +270,26 @@ static int load_restore_at(struct moeft_config *c, const char *v, char *err, siz
 	return bad(err, errlen, "MOEFT_RESTORE_AT", v, "must be init or step");
 }
 
-/* Parsing the profile now, not when the first kernel is named, puts a
- * file's syntax errors (with their line numbers) into the startup line. */
+/* The largest module image moeft's kernels may come in. */
+#define KERNEL_IMAGE_MAX (256 * MiB)
+
+static int load_kernel_image(struct moeft_config *c, const char *v, char *err, size_t errlen)
+{
+	size_t n = strlen(v);
+	struct stat st;
+
+	if (n >= sizeof c->kernel_image)
+		return bad(err, errlen, "MOEFT_KERNEL_IMAGE", v, "longer than %zu bytes",
+			   sizeof c->kernel_image - 1);
+	if (stat(v, &st) < 0)
+		return bad(err, errlen, "MOEFT_KERNEL_IMAGE", v, "%s", strerror(errno));
+	if (!S_ISREG(st.st_mode) || st.st_size == 0 || (uint64_t)st.st_size > KERNEL_IMAGE_MAX)
+		return bad(err, errlen, "MOEFT_KERNEL_IMAGE", v, "must be a module image file "
+			   "of 1 byte to %llu MiB", (unsigned long long)(KERNEL_IMAGE_MAX / MiB));
+	memcpy(c->kernel_image, v, n + 1);
+	return 0;
+}
+
 static int load_restore(struct moeft_config *c, const char *v, char *err, size_t errlen)
 {
 	size_t n = strlen(v);
@@ -284,6 +304,8 @@ static int load_restore(struct moeft_config *c, const char *v, char *err, size_t
 	return 0;
 }
 
+/* Parsing the profile now, not when the first kernel is named, puts a
+ * file's syntax errors (with their line numbers) into the startup line. */
 static int load_profile(struct moeft_config *c, const char *v, char *err, size_t errlen)
 {
 	struct profile p = { 0 };
@@ -471,6 +493,8 @@ int config_load(struct moeft_config *c, const char *(*get)(const char *name),
 	if ((v = lookup(get, "MOEFT_RESTORE")) && load_restore(c, v, err, errlen) < 0)
 		return -1;
 	if ((v = lookup(get, "MOEFT_RESTORE_AT")) && load_restore_at(c, v, err, errlen) < 0)
+		return -1;
+	if ((v = lookup(get, "MOEFT_KERNEL_IMAGE")) && load_kernel_image(c, v, err, errlen) < 0)
 		return -1;
 	return 0;
 }

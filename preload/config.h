@@ -37,6 +37,7 @@ struct moeft_config {
 	int restore_at_step;            /* MOEFT_RESTORE_AT=step: restore at the
 					 * first step, not after the initialiser */
 	char profile[PATH_MAX];         /* built-in name or file path */
+	char kernel_image[PATH_MAX];    /* MOEFT_KERNEL_IMAGE ("" if unset) */
 	char kv_rules[CONFIG_KV_TEXT_MAX]; /* MOEFT_KV as given ("" if unset) */
 	unsigned kv_count;
 	struct kv_selector kv[CONFIG_KV_MAX];

@@ -1,6 +1,14 @@
 /*
  * kernels.c - moeft's own kernels on the device (kernels.h).
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
 #include "image.h"
 #include "kernels.h"
 #include "shim.h"
@@ -8,16 +16,59 @@
 /* One block per chunk at a time: enough blocks to fill a large GPU. */
 #define SNAPSHOT_BLOCKS 1024u
 
+static const char *image_path;	/* MOEFT_KERNEL_IMAGE, or NULL */
 /* Written once, before capture is switched on. */
 static void *fns[2];
+
+void kernels_init(const char *path)
+{
+	image_path = path && *path ? path : NULL;
+}
+
+/* The file at path, whole, into a new buffer: it, or NULL with why. */
+static void *read_image(const char *path, char *why, size_t whylen)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	void *buf = NULL;
+	struct stat st;
+	ssize_t n = -1;
+
+	if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0 && (buf = malloc((size_t)st.st_size)))
+		n = pread(fd, buf, (size_t)st.st_size, 0);
+	if (n < 0 || (fd >= 0 && n != st.st_size)) {
+		snprintf(why, whylen, "MOEFT_KERNEL_IMAGE=%s: %s", path,
+			 n < 0 && errno ? strerror(errno) : "cannot read it whole");
+		free(buf);
+		buf = NULL;
+	}
+	if (fd >= 0)
+		close(fd);
+	return buf;
+}
 
 int kernels_load(char *why, size_t whylen)
 {
 	static const char *const names[] = { KERNEL_CAPTURE_APPEND, KERNEL_KV_SNAPSHOT };
 	static const size_t sizes[] = { sizeof(struct cap_append_args),
 					sizeof(struct kv_snap_args) };
+	const void *images[2];
+	unsigned n = 0;
+	void *file = NULL;
+	int r;
 
-	return shim_dev_load(kernel_images, kernel_nimages, names, sizes, 2, fns, why, whylen);
+	if (image_path && !(images[n++] = file = read_image(image_path, why, whylen)))
+		return -1;
+	if (kernel_nimages)
+		images[n++] = kernel_images[0];
+	if (!n) {
+		snprintf(why, whylen, "no image of moeft's kernels (built without nvcc, and no "
+			 "MOEFT_KERNEL_IMAGE)");
+		return -1;
+	}
+	/* The driver keeps its own copy of a module it loaded. */
+	r = shim_dev_load(images, n, names, sizes, 2, fns, why, whylen);
+	free(file);
+	return r;
 }
 
 int kernels_append(void *stream, const struct cap_append_args *a)

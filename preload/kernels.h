@@ -1,7 +1,8 @@
 /*
  * kernels.h - moeft's own kernels (kernels/) on the device, through the
- * shim: loaded from the first image the driver takes, launched on the
- * serving process's streams or moeft's side stream.
+ * shim: loaded from the first image the driver takes (MOEFT_KERNEL_IMAGE's
+ * file, then the embedded fatbin), launched on the serving process's
+ * streams or moeft's side stream.
  */
 #ifndef MOEFT_PRELOAD_KERNELS_H
 #define MOEFT_PRELOAD_KERNELS_H
@@ -10,6 +11,10 @@
 
 #include "capture.h"
 #include "kvsnap.h"
+
+/* At start: the module image file MOEFT_KERNEL_IMAGE names ("" or NULL:
+ * none), offered to the driver before the embedded fatbin. */
+void kernels_init(const char *image_path);
 
 /* Load both kernels, in the calling thread's current context: 0, or -1
  * with one line in why. */

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "crash.h"
 #include "dispatch.h"
+#include "kernels.h"
 #include "kvstore.h"
 #include "msg.h"
 #include "pools.h"
@@ -147,6 +148,7 @@ int preload_start(void)
 		return 0;
 	}
 	allocs_log_to(pl.wal);
+	kernels_init(pl.cfg.kernel_image);
 	open_kv_store();
 	pools_init(pl.kvs, pl.cfg.kv, pl.cfg.kv_count);
 	cs = (struct capture_setup){ .wal = pl.wal, .kvs = pl.kvs, .window = pl.cfg.window,

@@ -91,7 +91,7 @@ static void test_empty_is_unset(void)
 	static const char *const names[] = {
 		"MOEFT_WAL", "MOEFT_WAL_SIZE", "MOEFT_NUMA_NODE", "MOEFT_WINDOW", "MOEFT_COMMIT",
 		"MOEFT_PROFILE", "MOEFT_KV", "MOEFT_LOG", "MOEFT_DISABLE", "MOEFT_STRICT",
-		"MOEFT_RESTORE_AT",
+		"MOEFT_RESTORE_AT", "MOEFT_KERNEL_IMAGE",
 	};
 	struct moeft_config c;
 	char err[256];
@@ -186,6 +186,14 @@ static const struct vcase {
 	{ "MOEFT_RESTORE_AT", "step", 0, F_RESTORE_AT, 1, NULL },
 	{ "MOEFT_RESTORE_AT", "first-step", -1, F_NONE, 0,
 	  "MOEFT_RESTORE_AT='first-step': must be init or step" },
+	/* MOEFT_KERNEL_IMAGE */
+	{ "MOEFT_KERNEL_IMAGE", "/proc/self/exe", 0, F_NONE, 0, NULL },
+	{ "MOEFT_KERNEL_IMAGE", "/nonexistent/moeft.fatbin", -1, F_NONE, 0,
+	  "MOEFT_KERNEL_IMAGE='/nonexistent/moeft.fatbin': No such file or directory" },
+	{ "MOEFT_KERNEL_IMAGE", "/tmp", -1, F_NONE, 0,
+	  "MOEFT_KERNEL_IMAGE='/tmp': must be a module image file of 1 byte to 256 MiB" },
+	{ "MOEFT_KERNEL_IMAGE", "/dev/null", -1, F_NONE, 0,
+	  "MOEFT_KERNEL_IMAGE='/dev/null': must be a module image file of 1 byte to 256 MiB" },
 	/* MOEFT_PROFILE */
 	{ "MOEFT_PROFILE", "auto", 0, F_PROFILE, 0, NULL },
 	{ "MOEFT_PROFILE", "vllm", 0, F_PROFILE, 0, NULL },
