@@ -71,6 +71,9 @@ void capture_new_alloc(const struct alloc_info *a)
 
 static void capture_off(const char *why)
 {
+	/* Fail closed: without capture, a step never brings the copies. */
+	if (resume_pending())
+		resume_refuse("capture stopped (%s) before the restored KV was copied in", why);
 	atomic_store_explicit(&cap.on, 0, memory_order_relaxed);
 	if (msg_first(&cap.said_off))
 		msg_log(WAL_LOG_ERROR, "capture: %s; capture stopped, forwarding goes on", why);

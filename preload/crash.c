@@ -34,6 +34,7 @@
 #include "media.h"
 #include "msg.h"
 #include "record.h"
+#include "resume.h"
 #include "shim.h"
 #include "unwind.h"
 #include "wal.h"
@@ -104,15 +105,21 @@ static void lost(const char *path)
 {
 	char line[512], *p = line, *end = line + sizeof line - 1;
 
+	int refuse = resume_pending();
+
 	shim_events_off();
-	if (atomic_exchange(&crash.lost, 1) || msg_level() < WAL_LOG_ERROR)
+	if (atomic_exchange(&crash.lost, 1) || (!refuse && msg_level() < WAL_LOG_ERROR))
 		return;
 	put(&p, end, "moeft: ");
 	put(&p, end, path);
-	put(&p, end, ": truncated under this process (SIGBUS in its mapping); "
+	put(&p, end, ": truncated under this process (SIGBUS in its mapping); ");
+	/* Fail closed in restore mode: nothing can copy the KV in any more. */
+	put(&p, end, refuse ? "the restored KV was not copied in yet: stopping (status 3)" :
 	    "capture stopped, running un-instrumented");
 	*p++ = '\n';
 	(void)!write(STDERR_FILENO, line, (size_t)(p - line));
+	if (refuse)
+		_exit(RESUME_EXIT_REFUSED);
 }
 
 static void on_crash(int sig, siginfo_t *si, void *uc)

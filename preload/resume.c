@@ -6,6 +6,7 @@
  * claims and the copies' event.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
@@ -29,6 +30,7 @@ static struct {
 	pthread_mutex_t lock;
 	struct restore_plan plan;
 	int requested;             /* MOEFT_RESTORE set: the plan loaded at load */
+	pid_t pid;                 /* the process that opened the log for it */
 	int active;                /* written once, before events flow */
 	atomic_int watching;       /* MOEFT_RESTORE_AT=init, until the copies */
 	int matched;               /* every pool of the plan is claimed */
@@ -67,6 +69,7 @@ __attribute__((constructor)) static void resume_at_load(void)
 	const char *plan = getenv("MOEFT_RESTORE");
 	struct moeft_config cfg;
 	char err[640], manifest[PATH_MAX + 32], *slash;
+	int fd;
 
 	if (!plan || !*plan)
 		return;
@@ -79,18 +82,45 @@ __attribute__((constructor)) static void resume_at_load(void)
 			      "restored state");
 	if (restore_plan_load(cfg.restore_plan, &rm.plan, err, sizeof err) < 0)
 		resume_refuse("MOEFT_RESTORE: %s", err);
-	/* The manifest beside the plan (plan.h); the plan's path is absolute. */
+	/*
+	 * The manifest beside the plan (plan.h; the plan's path is absolute),
+	 * handed over as this process's own descriptor of it, close-on-exec:
+	 * a wrapper that loaded us and then runs the command without us
+	 * (env -u LD_PRELOAD) passes on a path that names nothing there.
+	 */
 	snprintf(manifest, sizeof manifest, "%s", cfg.restore_plan);
 	slash = strrchr(manifest, '/');
 	snprintf(slash + 1, sizeof manifest - (size_t)(slash + 1 - manifest), "%s",
 		 RESTORE_MANIFEST_NAME);
-	if (setenv("MOEFT_RESTORE_MANIFEST", manifest, 1) < 0)
-		resume_refuse("cannot hand the command its resume position: %s", strerror(errno));
+	if ((fd = open(manifest, O_RDONLY | O_CLOEXEC)) < 0)
+		resume_refuse("%s: %s", manifest, strerror(errno));
+	snprintf(manifest, sizeof manifest, "/proc/self/fd/%d", fd);
+	if (access(manifest, R_OK) < 0 || setenv("MOEFT_RESTORE_MANIFEST", manifest, 1) < 0)
+		resume_refuse("cannot hand the command its resume position (%s): %s", manifest,
+			      strerror(errno));
 }
 
 int resume_requested(void)
 {
 	return rm.requested;
+}
+
+int resume_pending(void)
+{
+	return rm.requested && getpid() == rm.pid &&
+	       !atomic_load_explicit(&rm.done, memory_order_acquire);
+}
+
+/* At exit: a process told to resume whose restored KV was never copied
+ * in (capture stopped first, its pools never all allocated, ...) must not
+ * end as if it had resumed. */
+static void ended_unrestored(void)
+{
+	if (!resume_pending())
+		return;
+	msg_log(WAL_LOG_ERROR, "restore: the process ends, and the restored KV was never copied "
+		"in; its results are not those of a resumed run: status %d", RESUME_EXIT_REFUSED);
+	_exit(RESUME_EXIT_REFUSED);
 }
 
 void resume_start(struct wal *w, const char *wal_path, int at_step)
@@ -102,6 +132,8 @@ void resume_start(struct wal *w, const char *wal_path, int at_step)
 		resume_refuse("MOEFT_RESTORE: the plan is for log %016" PRIx64 ", %s is log %016"
 			      PRIx64, rm.plan.log_id, wal_path, st.log_id);
 	rm.active = 1;
+	rm.pid = getpid();
+	atexit(ended_unrestored);
 	rm.matched = !restore_unmatched(&rm.plan);
 	if (!at_step) {
 		atomic_store_explicit(&rm.watching, 1, memory_order_relaxed);

@@ -43,6 +43,12 @@ struct wal;
  * start must stop the process. */
 int resume_requested(void);
 
+/* Restore mode in the process that took the plan, and its KV not copied
+ * in yet: what stops capture or the process now must stop it with
+ * RESUME_EXIT_REFUSED instead (capturing.c, crash.c, and an exit check).
+ * Async-signal-safe. */
+int resume_pending(void);
+
 /* At the start, with the log w (at wal_path) open: the plan must be this
  * log's; MOEFT_RESTORE_AT=step when at_step.  Stops the process if not. */
 void resume_start(struct wal *w, const char *wal_path, int at_step);

@@ -235,11 +235,11 @@ static uint64_t window_bytes(const struct window_asm *wa, uint64_t kvrefs)
 #define MiB (UINT64_C(1) << 20)
 
 /*
- * A window the log cannot take.  When the log is full even after reclaiming
- * everything but the last committed window, windows of this size will
- * never commit: say which settings to change, and by how much (a log holds
- * the window kept for restore, the one being committed and the allocation
- * windows between them, so three of these fit the one suggested).
+ * A window the log cannot take, full even after reclaiming everything but
+ * the last committed window: say which settings to change, and by how much
+ * (a log holds the window kept for restore, the one being committed and
+ * the allocation windows between them, so three of these fit the one
+ * suggested); "never" only for a window larger than the whole ring.
  */
 static void say_not_committed(const struct window_asm *wa, uint64_t end, int64_t r,
 			      const struct wal_stats *st, uint64_t kvrefs)
@@ -253,12 +253,20 @@ static void say_not_committed(const struct window_asm *wa, uint64_t end, int64_t
 		return;
 	}
 	want = (st->size - st->capacity + 3 * need + MiB - 1) / MiB;
-	wal_logf(WAL_LOG_ERROR, "cannot commit the window of steps %llu-%llu: its %llu bytes of "
-		 "records do not fit the log's ring of %llu bytes beside the last committed "
-		 "window; no decode window commits until MOEFT_WAL_SIZE is raised (to at least "
-		 "%llu MiB) or MOEFT_WINDOW lowered", (unsigned long long)wa->first,
-		 (unsigned long long)end - 1, (unsigned long long)need,
-		 (unsigned long long)st->capacity, (unsigned long long)want);
+	if (need > st->capacity)
+		wal_logf(WAL_LOG_ERROR, "cannot commit the window of steps %llu-%llu: its %llu "
+			 "bytes of records exceed the log's ring of %llu bytes; no decode window "
+			 "commits until MOEFT_WAL_SIZE is raised (to at least %llu MiB) or "
+			 "MOEFT_WINDOW lowered", (unsigned long long)wa->first,
+			 (unsigned long long)end - 1, (unsigned long long)need,
+			 (unsigned long long)st->capacity, (unsigned long long)want);
+	else	/* smaller windows may still commit beside the kept one */
+		wal_logf(WAL_LOG_ERROR, "cannot commit the window of steps %llu-%llu: its %llu "
+			 "bytes of records do not fit the log's ring of %llu bytes beside the last "
+			 "committed window; windows this large need MOEFT_WAL_SIZE of at least "
+			 "%llu MiB (or a lower MOEFT_WINDOW)", (unsigned long long)wa->first,
+			 (unsigned long long)end - 1, (unsigned long long)need,
+			 (unsigned long long)st->capacity, (unsigned long long)want);
 }
 
 static void commit(struct window_asm *wa, uint64_t end)

@@ -168,6 +168,12 @@ int launch_check_preload(const char *path, char *msg, size_t len)
 	int status = -1;
 	pid_t pid;
 
+	/* LD_PRELOAD splits its list at these: such a path would never load. */
+	if (strpbrk(path, ": \t")) {
+		snprintf(msg, len, "%s: not a moeft preload library: LD_PRELOAD cannot name a "
+			 "path holding ':' or a blank", path);
+		return -1;
+	}
 	if (launch_check_lib(path, inner, sizeof inner) < 0) {
 		/* inner is "PATH: why" */
 		snprintf(msg, len, "%s: not a moeft preload library: %s", path,

@@ -271,10 +271,11 @@ static int open_out(struct restore *rs)
 	if (media_trust(rs->out, &st, &err) < 0)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s", err.msg);
 	/* One restore at a time writes a directory; the lock goes with the
-	 * descriptor (at exit, or at the exec of CMD). */
+	 * descriptor (at exit, or with the restored CMD: bring_back). */
 	if (flock(rs->dir, LOCK_EX | LOCK_NB) < 0)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
-				errno == EWOULDBLOCK ? "another moeft restore is writing it" :
+				errno == EWOULDBLOCK ? "another moeft restore is writing it (or "
+				"the process it restored still runs on it)" :
 				strerror(errno));
 	if ((fd = dup(rs->dir)) < 0 || !(d = fdopendir(fd))) {
 		if (fd >= 0)
@@ -835,6 +836,16 @@ static int blank(const char *path)
 	return wal_medium_state_path(path, &err) == WAL_MEDIUM_BLANK;
 }
 
+/* Whether the restored window's KV is whole: nothing lost or left for
+ * later, nothing damaged or undecodable in the log, the store there. */
+static int kv_whole(const struct restore *rs)
+{
+	const struct state *s = &rs->s;
+
+	return !rs->lost && !(s->cs.flags & WINDOW_KV_PARTIAL) && !s->rec->damage_count &&
+	       !s->bad && (s->kv || !s->kvrefs);
+}
+
 static int run(struct restore *rs)
 {
 	char msg[512];
@@ -878,7 +889,9 @@ static int run(struct restore *rs)
 			rs->lost_named - LOST_LINES);
 	if ((ret = write_routing(rs)))
 		return ret;
-	if (rs->cmdv && (ret = write_plan(rs)))
+	/* A plan only for a state CMD may resume from (bring_back refuses
+	 * the rest): none names a state that is not whole. */
+	if (rs->cmdv && kv_whole(rs) && (ret = write_plan(rs)))
 		return ret;
 	assess(rs);
 	if ((ret = write_manifest(rs)))
@@ -925,15 +938,43 @@ static const char *cmd_env(const char *name)
 	return getenv(name);
 }
 
+/* A file the preload will open as a writer must pass its checks (a link,
+ * another user's, one others can write: wal/media.h); a missing one is
+ * for the preload to make.  0, or -1 with the failure reported. */
+static int trusted(struct restore *rs, const char *path)
+{
+	struct wal_error err;
+	struct stat st;
+
+	if (lstat(path, &st) < 0) {
+		if (errno == ENOENT)
+			return 0;
+		cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (S_ISLNK(st.st_mode)) {
+		cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s: a symbolic link; the preload would "
+			 "refuse it", path);
+		return -1;
+	}
+	if (media_trust(path, &st, &err) < 0) {
+		cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s; the preload would refuse it", err.msg);
+		return -1;
+	}
+	return 0;
+}
+
 static int preflight(struct restore *rs, const char *wal)
 {
-	char plan[PATH_MAX + 8], err[640];
+	char plan[PATH_MAX + 8], err[640], kvs[PATH_MAX + 4];
 	struct moeft_config cfg;
 
 	if (absolute(rs->out, plan, sizeof plan - 5) < 0)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
 				strerror(errno));
 	strcat(plan, "/" PLAN);
+	if (kvs_path(wal, kvs, sizeof kvs) < 0)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--wal %s: path too long", wal);
 	cmd_wal = wal;
 	cmd_plan = plan;
 	if (config_load(&cfg, cmd_env, err, sizeof err) < 0)
@@ -943,17 +984,7 @@ static int preflight(struct restore *rs, const char *wal)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "MOEFT_DISABLE=1 keeps the preload "
 				"off, so %s could not take the restored state; unset it "
 				"(--force-fresh starts it without restoring)", rs->cmdv[0]);
-	return 0;
-}
-
-/* Whether the restored window's KV is whole: nothing lost or left for
- * later, nothing damaged or undecodable in the log, the store there. */
-static int kv_whole(const struct restore *rs)
-{
-	const struct state *s = &rs->s;
-
-	return !rs->lost && !(s->cs.flags & WINDOW_KV_PARTIAL) && !s->rec->damage_count &&
-	       !s->bad && (s->kv || !s->kvrefs);
+	return trusted(rs, wal) < 0 || trusted(rs, kvs) < 0 ? EXIT_USAGE : 0;
 }
 
 /*
@@ -991,6 +1022,11 @@ static int bring_back(struct restore *rs, const char *preload, int fresh /* 1: a
 	if (!fresh && !realpath(rs->out, dir))
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s: %s", rs->out, strerror(errno));
 	snprintf(plan, sizeof plan, "%s/" PLAN, dir);
+	/* The directory stays locked while CMD runs on its plan and images
+	 * (the preload maps them): the lock's descriptor goes across exec. */
+	if (!fresh && rs->dir >= 0 && fcntl(rs->dir, F_SETFD, 0) < 0)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
+				strerror(errno));
 	launch_exec(rs->cmdv, preload, wal, fresh ? NULL : plan);
 	return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "cannot start %s: %s", rs->cmdv[0],
 			strerror(errno));

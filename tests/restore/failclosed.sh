@@ -4,7 +4,8 @@
 # `moeft restore -- CMD` starts nothing it cannot restore.  Each case must
 # end with a non-zero status, a message naming the cause, and no output of
 # the command (it did not resume on zeroed KV):
-#   MOEFT_DISABLE=1, a bad MOEFT_* value, a log held by a live writer (an
+#   MOEFT_DISABLE=1, a bad MOEFT_* value, a log others can write (which the
+#   preload would refuse), a log held by a live writer (an
 #   offline restore refuses it too), a --preload that is no moeft library
 #   (CMD not started; and the preload
 #   itself refuses, status 3, when CMD is started without moeft restore's
@@ -74,6 +75,10 @@ status=$?
 [ -e "$dir/held.restore" ] && fail "held: the offline restore wrote $dir/held.restore"
 kill "$holder"
 wait "$holder" 2>/dev/null
+fresh unsafe
+chmod 0666 "$dir/unsafe.wal"
+refused unsafe 2 "writable by group or others" -- --preload "$lib"
+grep -q "the preload would refuse it" "$dir/unsafe.err" || fail "unsafe: $(cat "$dir/unsafe.err")"
 fresh notlib
 refused notlib 2 "not a moeft preload library" -- --preload "$(command -v sh)"
 fresh libc
@@ -95,13 +100,42 @@ for vars in MOEFT_DISABLE=1 MOEFT_WINDOW=0; do
 		fail "direct $vars: $(cat "$dir/direct.err")"
 	[ -s "$dir/direct.out" ] && fail "direct $vars: the command printed"
 done
-# Without the preload nothing tells the command to resume: it starts over
-# and ends as a run without moeft does (a wrong output would mean it
-# resumed on KV nobody restored).
-MOEFT_RESTORE="$dir/direct.restore/plan" "$serve" --steps=40 --journal="$dir/j.direct" \
-	>"$dir/nopreload.out" 2>"$dir/nopreload.err" || fail "no preload: exit $?"
+# A command behind a wrapper that drops the preload (env -u LD_PRELOAD):
+# the wrapper's preload handed over its own close-on-exec descriptor of the
+# manifest, which names nothing in the command, so the command cannot
+# resume on KV nobody restored: it fails to read its resume position.  (When
+# moeft restore itself handed out the manifest, it resumed: wrong output,
+# status 0.)
+fresh nopreload
+"$moeft" restore --wal "$dir/nopreload.wal" --preload "$lib" -- env -u LD_PRELOAD "$serve" \
+	--steps=40 --journal="$dir/j.nopreload" >"$dir/nopreload.out" 2>"$dir/nopreload.err"
+status=$?
+[ "$status" != 0 ] || fail "no preload: exit 0: $(cat "$dir/nopreload.out")"
+grep -q 'MOEFT_RESTORE_MANIFEST=/proc/self/fd/[0-9]*: No such file or directory' \
+	"$dir/nopreload.err" || fail "no preload: $(cat "$dir/nopreload.err")"
+[ -s "$dir/nopreload.out" ] && fail "no preload: the command printed"
 "$serve" --steps=40 >"$dir/plain"
-cmp -s "$dir/nopreload.out" "$dir/plain" || fail "no preload: the command resumed"
+
+# ... and when nothing can copy the KV in any more (moeft's kernels cannot
+# load, so capture never starts; with MOEFT_RESTORE_AT=step the copies
+# wait for a step capture would see), the process stops (status 3), never
+# ending as if resumed; with init the copies come before capture is needed,
+# so the run ends restored, capture off (one line).
+"$serve" --steps=40 >"$dir/plain"
+fresh nokernels
+FIXTURE_NO_MOEFT_KERNELS=1 MOEFT_RESTORE_AT=step "$moeft" restore --wal "$dir/nokernels.wal" \
+	--preload "$lib" -- "$serve" --steps=40 --journal="$dir/j.nokernels" \
+	>"$dir/nokernels.out" 2>"$dir/nokernels.err"
+status=$?
+[ "$status" = 3 ] || fail "no kernels, at step: exit $status, want 3: $(cat "$dir/nokernels.err")"
+grep -q "restore: capture stopped (.*) before the restored KV was copied in" \
+	"$dir/nokernels.err" || fail "no kernels, at step: $(cat "$dir/nokernels.err")"
+[ -s "$dir/nokernels.out" ] && fail "no kernels, at step: the command printed"
+fresh nokernels
+FIXTURE_NO_MOEFT_KERNELS=1 "$moeft" restore --wal "$dir/nokernels.wal" --preload "$lib" -- \
+	"$serve" --steps=40 --journal="$dir/j.nokernels" >"$dir/nokernels.out" \
+	2>"$dir/nokernels.err" || fail "no kernels, at init: exit $?: $(cat "$dir/nokernels.err")"
+cmp -s "$dir/nokernels.out" "$dir/plain" || fail "no kernels, at init: output differs"
 
 # 2. The KV store gone: status 1, the command not started.
 fresh nokv
@@ -115,7 +149,8 @@ printf '\377' | dd of="$dir/word.wal" bs=1 seek=647 conv=notrunc 2>/dev/null
 "$moeft" verify --wal "$dir/word.wal" >/dev/null 2>&1
 [ $? = 1 ] || fail "word: verify does not see the damage"
 "$moeft" restore --wal "$dir/word.wal" --out "$dir/word.restore" >/dev/null 2>"$dir/word.off"
-[ $? = 1 ] || fail "word: the offline restore exits $?, want 1: $(cat "$dir/word.off")"
+status=$?
+[ "$status" = 1 ] || fail "word: the offline restore exits $status, want 1: $(cat "$dir/word.off")"
 refused word 1 "damage" -- --preload "$lib"
 
 echo "restore failclosed.sh: disabled, bad variable, live writer, no preload library," \
