@@ -63,6 +63,7 @@ struct restore {
 	const char *wal, *out;
 	char **cmdv;                    /* the command after "--"; NULL: offline */
 	int dir;                        /* the output directory */
+	int hold;                       /* the log, held against writers */
 	struct state s;
 	struct image *img;              /* per s.pool */
 	uint64_t bytes, chunks, lost, routing;
@@ -216,23 +217,6 @@ static int io_fail(struct restore *rs, const char *name, int err)
 }
 
 /*
- * Before the first file of this restore lands: the earlier manifest is put
- * aside (what it lists stays this restore's to remove) and the earlier plan
- * removed, durably, so that a restore killed halfway leaves nothing that
- * names a set of files half of which are another restore's.
- */
-static int retire(struct restore *rs)
-{
-	if (renameat(rs->dir, MANIFEST, rs->dir, RETIRED) < 0 && errno != ENOENT)
-		return io_fail(rs, MANIFEST, errno);
-	if (unlinkat(rs->dir, PLAN, 0) < 0 && errno != ENOENT)
-		return io_fail(rs, PLAN, errno);
-	if (fsync(rs->dir) < 0)
-		return io_fail(rs, ".", errno);
-	return 0;
-}
-
-/*
  * Open --out, creating it when missing.  A directory that holds anything
  * else than what a restore writes is refused unless it holds a restore's
  * manifest.json: a restore never writes over files it did not make.  Nor
@@ -309,7 +293,7 @@ static int open_out(struct restore *rs)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: not empty, and not the "
 				"output of an earlier restore (no manifest.json of one); refusing "
 				"to write into it", rs->out);
-	return retire(rs);
+	return 0;
 }
 
 /* A fresh NAME.tmp in the directory, or NULL with errno set. */
@@ -351,6 +335,43 @@ static int tmp_commit(struct restore *rs, FILE *f, const char *tmp, const char *
 		return 0;
 	unlinkat(rs->dir, tmp, 0);
 	return io_fail(rs, name, err);
+}
+
+/*
+ * Before the first file of this restore lands: every image the earlier
+ * restores' manifests list (manifest.json, and what a killed restore put
+ * aside) goes into one retired list, written whole before manifest.json
+ * and the plan are removed, durably.  So a restore killed anywhere leaves
+ * nothing that names a set half of which is another restore's, and the
+ * next one still knows every image it may remove, however many were
+ * killed in a row.
+ */
+static int retire(struct restore *rs)
+{
+	char tmp[40];
+	FILE *f;
+	int ret;
+
+	if (!rs->nlisted) {
+		if (unlinkat(rs->dir, RETIRED, 0) < 0 && errno != ENOENT)
+			return io_fail(rs, RETIRED, errno);
+	} else {
+		if (!(f = tmp_open(rs, RETIRED, tmp, sizeof tmp)))
+			return io_fail(rs, tmp, errno);
+		fputs(MANIFEST_HEAD "null,\"retired\":[", f);
+		for (size_t i = 0; i < rs->nlisted; i++)
+			fprintf(f, "%s{\"file\":\"%s\"}", i ? "," : "", rs->listed[i]);
+		fputs("]}\n", f);
+		if ((ret = tmp_commit(rs, f, tmp, RETIRED, 0)))
+			return ret;
+	}
+	if (unlinkat(rs->dir, MANIFEST, 0) < 0 && errno != ENOENT)
+		return io_fail(rs, MANIFEST, errno);
+	if (unlinkat(rs->dir, PLAN, 0) < 0 && errno != ENOENT)
+		return io_fail(rs, PLAN, errno);
+	if (fsync(rs->dir) < 0)
+		return io_fail(rs, ".", errno);
+	return 0;
 }
 
 static int pwrite_all(int fd, const uint8_t *p, uint64_t len, uint64_t off)
@@ -853,8 +874,9 @@ static int run(struct restore *rs)
 	struct wal_error err;
 	int ret;
 
-	/* Its process has not ended: a restore would race it. */
-	if ((ret = media_writer_alive(rs->wal, &err)) == 1)
+	/* Its process has not ended: a restore would race it.  Held until
+	 * the end (or the exec of CMD), so no writer starts meanwhile. */
+	if ((ret = media_hold(rs->wal, &rs->hold, &err)) == 1)
 		return cli_fail(rs->cmd, rs->json, EXIT_BAD, "%s: in use by another writer, whose "
 				"process has not ended: nothing to restore from yet", rs->wal);
 	if ((ret = state_load(&rs->s, rs->wal, msg, sizeof msg)) < 0) {
@@ -872,7 +894,7 @@ static int run(struct restore *rs)
 			"allocation of epoch %" PRIu32 " holds %s as of window %" PRIu64 "\n",
 			rs->s.stale_pools, rs->s.stale_pools == 1 ? "" : "s", rs->s.c->epoch,
 			rs->s.stale_pools == 1 ? "it" : "them", rs->s.c->id);
-	if ((ret = open_out(rs)))
+	if ((ret = open_out(rs)) || (ret = retire(rs)))
 		return ret;
 	if (!(rs->img = calloc(rs->s.npools ? rs->s.npools : 1, sizeof *rs->img)))
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "out of memory");
@@ -1040,12 +1062,14 @@ static void restore_free(struct restore *rs)
 	free(rs->listed);
 	if (rs->dir >= 0)
 		close(rs->dir);
+	if (rs->hold >= 0)
+		close(rs->hold);
 	state_free(&rs->s);
 }
 
 int restore_offline(const char *wal, const char *out, struct restore_stats *st)
 {
-	struct restore rs = { .cmd = &cmd_restore, .wal = wal, .out = out, .dir = -1,
+	struct restore rs = { .cmd = &cmd_restore, .wal = wal, .out = out, .dir = -1, .hold = -1,
 			      .lock = PTHREAD_MUTEX_INITIALIZER,
 			      .quiet = 1 };
 	double t0 = now();
@@ -1070,7 +1094,8 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 		{ NULL, 0, NULL, 0 }
 	};
 	struct cli_opts o = { .cmd = cmd };
-	struct restore rs = { .cmd = cmd, .dir = -1, .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct restore rs = { .cmd = cmd, .dir = -1, .hold = -1,
+			      .lock = PTHREAD_MUTEX_INITIALIZER };
 	char preload[PATH_MAX], out[PATH_MAX], msg[PATH_MAX + 128];
 	const char *lib = NULL;
 	struct stat st;

@@ -676,14 +676,16 @@ void media_persist(const struct media *m, const void *p, size_t len)
 }
 #endif
 
-int media_writer_alive(const char *path, struct wal_error *err)
+int media_hold(const char *path, int *fd, struct wal_error *err)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC), alive;
-
-	if (fd < 0)
+	*fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (*fd < 0)
 		return wal_fail(err, WAL_EIO, "%s: %s", path, strerror(errno));
-	/* A shared lock is refused while the writer's exclusive one is held. */
-	alive = flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK;
-	close(fd);
-	return alive;
+	/* A shared lock is refused while a writer's exclusive one is held,
+	 * and refuses a writer while it is. */
+	if (flock(*fd, LOCK_SH | LOCK_NB) == 0)
+		return 0;
+	close(*fd);
+	*fd = -1;
+	return 1;
 }

@@ -75,10 +75,12 @@ int media_open_init(struct media *m, const char *path, int mode, uint64_t size,
 int media_trust(const char *path, const struct stat *st, struct wal_error *err);
 void media_close(struct media *m);
 
-/* Whether a writer holds the medium at path now (the lock media_open
- * takes for one): 1 or 0, or a negative wal_status with err filled when
- * path cannot be opened.  A restore must not race a log's live writer. */
-int media_writer_alive(const char *path, struct wal_error *err);
+/* A reader's hold on the medium at path against writers (the lock
+ * media_open takes for one): 0 with *fd holding it (close it to let go;
+ * close-on-exec), 1 when a writer holds the medium now, or a negative
+ * wal_status with err filled when path cannot be opened.  A restore must
+ * not race a log's live writer, nor a writer starting meanwhile. */
+int media_hold(const char *path, int *fd, struct wal_error *err);
 
 /* Unmap a part that media_map mapped. */
 void media_unmap(void *p, uint64_t len);
