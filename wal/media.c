@@ -385,7 +385,7 @@ struct mapping {
 	atomic_int used;
 	_Atomic uintptr_t base;  /* 0: not published */
 	uint64_t len;
-	char *path;
+	char path[PATH_MAX];     /* in the node: a handler never reads freed memory */
 };
 
 static _Atomic(struct mapping *) mappings;
@@ -395,24 +395,19 @@ static _Atomic(struct mapping *) mappings;
 static void remember(const char *path, uint8_t *p, uint64_t len)
 {
 	struct mapping *n = atomic_load(&mappings);
-	char *copy = strdup(path);
 
 	while (n && atomic_exchange(&n->used, 1))
 		n = n->next;
-	if (!n && copy && (n = calloc(1, sizeof *n))) {
+	if (!n && (n = calloc(1, sizeof *n))) {
 		n->used = 1;
 		n->next = atomic_load(&mappings);
 		while (!atomic_compare_exchange_weak(&mappings, &n->next, n))
 			;
 	}
-	if (!n || !copy) {
-		if (n)
-			atomic_store(&n->used, 0);
-		free(copy);
+	if (!n)
 		return;
-	}
 	n->len = len;
-	n->path = copy;
+	snprintf(n->path, sizeof n->path, "%s", path);
 	atomic_store_explicit(&n->base, (uintptr_t)p, memory_order_release);
 }
 
@@ -421,8 +416,6 @@ void media_unmap(void *p, uint64_t len)
 	for (struct mapping *n = atomic_load(&mappings); n; n = n->next)
 		if (atomic_load_explicit(&n->base, memory_order_acquire) == (uintptr_t)p) {
 			atomic_store(&n->base, 0);
-			free(n->path);
-			n->path = NULL;
 			atomic_store(&n->used, 0);
 			break;
 		}
