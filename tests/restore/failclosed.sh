@@ -13,10 +13,10 @@
 #   commit word (verify exits 1: restore must not exit 0, offline or
 #   online).
 #
-# Usage: failclosed.sh MOEFT LIBMOEFT SERVE
+# Usage: failclosed.sh MOEFT LIBMOEFT SERVE DROP_PRELOAD
 set -u
 
-moeft=$1 lib=$2 serve=$3
+moeft=$1 lib=$2 serve=$3 drop=$4
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
@@ -100,14 +100,15 @@ for vars in MOEFT_DISABLE=1 MOEFT_WINDOW=0; do
 		fail "direct $vars: $(cat "$dir/direct.err")"
 	[ -s "$dir/direct.out" ] && fail "direct $vars: the command printed"
 done
-# A command behind a wrapper that drops the preload (env -u LD_PRELOAD):
+# A command behind a wrapper that drops the preload (drop_preload.c, as
+# env -u LD_PRELOAD does):
 # the wrapper's preload handed over its own close-on-exec descriptor of the
 # manifest, which names nothing in the command, so the command cannot
 # resume on KV nobody restored: it fails to read its resume position.  (When
 # moeft restore itself handed out the manifest, it resumed: wrong output,
 # status 0.)
 fresh nopreload
-"$moeft" restore --wal "$dir/nopreload.wal" --preload "$lib" -- env -u LD_PRELOAD "$serve" \
+"$moeft" restore --wal "$dir/nopreload.wal" --preload "$lib" -- "$drop" "$serve" \
 	--steps=40 --journal="$dir/j.nopreload" >"$dir/nopreload.out" 2>"$dir/nopreload.err"
 status=$?
 [ "$status" != 0 ] || fail "no preload: exit 0: $(cat "$dir/nopreload.out")"
