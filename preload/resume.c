@@ -30,16 +30,16 @@ static struct {
 	pthread_mutex_t lock;
 	struct restore_plan plan;
 	int requested;             /* MOEFT_RESTORE set: the plan loaded at load */
-	pid_t pid;                 /* the process that opened the log for it */
-	int active;                /* written once, before events flow */
+	pid_t pid;                 /* the process that opened the log for it (0:
+				      not restoring); written before events flow */
 	atomic_int watching;       /* MOEFT_RESTORE_AT=init, until the copies */
 	int matched;               /* every pool of the plan is claimed */
 	int init_seen;             /* the initialiser came */
-	void *restored;            /* the copies' event once enqueued */
-	struct timespec t0;
-	/* restored, published for the consumer's report without the lock,
-	 * which a copy-in holds for as long as the driver takes */
-	_Atomic(void *) done;
+	/* the copies' event once enqueued: set under the lock, read without it
+	 * by the consumer's report and at exit (a copy-in holds the lock for as
+	 * long as the driver takes) */
+	_Atomic(void *) restored;
+	struct timespec t0;        /* when the copies were enqueued */
 	int reported;              /* the consumer's */
 } rm = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -105,10 +105,16 @@ int resume_requested(void)
 	return rm.requested;
 }
 
+/* The copies' event, NULL before they are enqueued. */
+static void *copies(void)
+{
+	return atomic_load_explicit(&rm.restored, memory_order_acquire);
+}
+
 int resume_pending(void)
 {
 	return rm.requested && getpid() == rm.pid &&
-	       !atomic_load_explicit(&rm.done, memory_order_acquire);
+	       !copies();
 }
 
 /* At exit: a process told to resume whose restored KV was never copied
@@ -131,7 +137,6 @@ void resume_start(struct wal *w, const char *wal_path, int at_step)
 	if (rm.plan.log_id != st.log_id)
 		resume_refuse("MOEFT_RESTORE: the plan is for log %016" PRIx64 ", %s is log %016"
 			      PRIx64, rm.plan.log_id, wal_path, st.log_id);
-	rm.active = 1;
 	rm.pid = getpid();
 	atexit(ended_unrestored);
 	rm.matched = !restore_unmatched(&rm.plan);
@@ -145,7 +150,7 @@ void resume_start(struct wal *w, const char *wal_path, int at_step)
 
 int resume_active(void)
 {
-	return rm.active;
+	return rm.pid != 0;
 }
 
 uint64_t resume_last_step(void)
@@ -158,7 +163,7 @@ void resume_alloc(const struct alloc_info *a)
 	const struct restore_pool *q;
 
 	pthread_mutex_lock(&rm.lock);
-	if (!rm.restored && (q = restore_match(&rm.plan, a->fingerprint, a->size, a->ordinal,
+	if (!copies() && (q = restore_match(&rm.plan, a->fingerprint, a->size, a->ordinal,
 					       a->base))) {
 		msg_log(WAL_LOG_DEBUG, "restore: pool %u is the allocation at 0x%" PRIx64, q->no,
 			a->base);
@@ -172,6 +177,7 @@ static void copy_in(void *stream)
 {
 	const struct restore_pool *q = restore_unmatched(&rm.plan);
 	uint64_t bytes = 0;
+	void *event;
 	unsigned i;
 	int r;
 
@@ -187,9 +193,9 @@ static void copy_in(void *stream)
 			resume_refuse("copying pool %u in failed (CUresult %d)", q->no, r);
 		bytes += q->size;
 	}
-	if ((r = shim_dev_event(&rm.restored)) || (r = shim_dev_record(rm.restored, stream)))
+	if ((r = shim_dev_event(&event)) || (r = shim_dev_record(event, stream)))
 		resume_refuse("cannot record the copies' event (CUresult %d)", r);
-	atomic_store_explicit(&rm.done, rm.restored, memory_order_release);
+	atomic_store_explicit(&rm.restored, event, memory_order_release);
 	atomic_store_explicit(&rm.watching, 0, memory_order_relaxed);
 	shim_watch_launches(0);
 	msg_log(WAL_LOG_INFO, "restore: %u KV pools, %" PRIu64 " bytes of window %" PRIu64
@@ -205,7 +211,7 @@ int resume_initialiser(void)
 	if (!atomic_load_explicit(&rm.watching, memory_order_relaxed))
 		return 0;
 	pthread_mutex_lock(&rm.lock);
-	r = !rm.restored && rm.matched && !rm.init_seen;
+	r = !copies() && rm.matched && !rm.init_seen;
 	if (r)
 		rm.init_seen = 1;
 	pthread_mutex_unlock(&rm.lock);
@@ -215,7 +221,7 @@ int resume_initialiser(void)
 void resume_after(void *stream)
 {
 	pthread_mutex_lock(&rm.lock);
-	if (!rm.restored)
+	if (!copies())
 		copy_in(stream);
 	pthread_mutex_unlock(&rm.lock);
 }
@@ -225,9 +231,9 @@ void resume_step(void *stream, const struct clk_tick *t)
 	int r;
 
 	pthread_mutex_lock(&rm.lock);
-	if (!rm.restored)
+	if (!copies())
 		copy_in(stream);
-	else if (t->lane_first && (r = shim_dev_wait(stream, rm.restored)))
+	else if (t->lane_first && (r = shim_dev_wait(stream, copies())))
 		resume_refuse("cannot order a stream after the copies (CUresult %d)", r);
 	pthread_mutex_unlock(&rm.lock);
 }
@@ -235,7 +241,7 @@ void resume_step(void *stream, const struct clk_tick *t)
 void resume_check_kv_pool(const struct alloc_info *a)
 {
 	pthread_mutex_lock(&rm.lock);
-	if (rm.restored && !restore_claimed(&rm.plan, a->base))
+	if (copies() && !restore_claimed(&rm.plan, a->base))
 		resume_refuse("the allocation at 0x%" PRIx64 " (%" PRIu64 " bytes) holds KV here, "
 			      "but the crashed process had no such KV pool: another model or "
 			      "configuration", a->base, a->size);
@@ -244,7 +250,7 @@ void resume_check_kv_pool(const struct alloc_info *a)
 
 void resume_report(void)
 {
-	void *done = atomic_load_explicit(&rm.done, memory_order_acquire);
+	void *done = copies();
 	struct timespec t;
 	uint64_t bytes = 0;
 	double s;
