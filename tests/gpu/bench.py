@@ -17,7 +17,7 @@ table headed by the GPU's name:
   point), both from the timestamps moe_generate.py prints.
 
 Usage: bench.py --moeft PATH --lib PATH [--steps N] [--kv-gib G]
-       [--kill-after N] [--rto-mode eager|graph] [--out FILE]
+       [--kill-after N] [--rto-mode eager|graph] [--timeout S] [--out FILE]
 Exit status: 0, or 1 when a run fails or prints less than expected.
 """
 import argparse
@@ -33,17 +33,17 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GEN = os.path.join(HERE, "moe_generate.py")
-RUN_TIMEOUT = 300
 BATCH = 8  # sequences decoded at once, in every run
+run_timeout = 300.0  # seconds one program run may take (--timeout)
 
 
 class BenchError(Exception):
     pass
 
 
-def run(cmd, env=None, timeout=RUN_TIMEOUT):
+def run(cmd, env=None):
     """stdout and stderr of a command that must succeed."""
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=run_timeout)
     if p.returncode:
         raise BenchError("%s: exit %d: %s" % (" ".join(cmd[:4]), p.returncode,
                                               p.stderr.strip()[-2000:]))
@@ -174,7 +174,7 @@ class Bench:
         with open(os.path.join(self.dir, "killed.err"), "w") as err:
             p = subprocess.Popen(gen(args + ["--journal", journal]),
                                  env=env, stdout=subprocess.DEVNULL, stderr=err)
-            deadline = time.time() + RUN_TIMEOUT
+            deadline = time.time() + run_timeout
             while p.poll() is None and time.time() < deadline and \
                     whole_lines(journal) < a.kill_after:
                 time.sleep(0.01)
@@ -232,8 +232,12 @@ def main(argv):
     p.add_argument("--rto-steps", type=int, default=96)
     p.add_argument("--kill-after", type=int, default=60)
     p.add_argument("--rto-mode", choices=("eager", "graph"), default="graph")
+    p.add_argument("--timeout", type=float, default=300,
+                   help="seconds one program run may take (default 300)")
     p.add_argument("--out")
     a = p.parse_args(argv)
+    global run_timeout
+    run_timeout = a.timeout
     for path in (a.moeft, a.lib):
         if not os.access(path, os.R_OK):
             p.error("%s: not readable" % path)

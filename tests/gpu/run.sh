@@ -26,7 +26,8 @@
 # summary.md beside the logs).  Exit status 0 when every check passed.
 # Environment: GPU_STEPS (steps of the checks' runs, default 96),
 # GPU_KILLS (kill.sh's kills, default 20), GPU_BUILD (the build directory,
-# default build-gpu).
+# default build-gpu), GPU_RUN_TIMEOUT (seconds one program run may take before
+# it is stopped and its check fails, default 600: device time is short).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -51,6 +52,7 @@ export PYTHONDONTWRITEBYTECODE=1	# no __pycache__ in the working tree
 gen=tests/gpu/moe_generate.py
 moeft=$build/tools/moeft lib=$build/preload/libmoeft.so serve=$build/demo/moeft-serve
 steps=${GPU_STEPS:-96}
+run_timeout=${GPU_RUN_TIMEOUT:-600}
 window=16
 # Kills land after two windows and before the last steps.
 ((steps >= 2 * window + 12)) || { echo "run.sh: GPU_STEPS must be at least $((2 * window + 12))" >&2; exit 2; }
@@ -142,7 +144,7 @@ preload_env() {
 reference() {
 	local d=$work/$1
 	rm -rf "$d" && mkdir -p "$d"
-	timeout 600 python3 "$gen" --mode "$1" --steps "$steps" --journal "$d/ref.journal" \
+	timeout "$run_timeout" python3 "$gen" --mode "$1" --steps "$steps" --journal "$d/ref.journal" \
 		--truth "$d/ref.truth" --save-kv "$d/ref.kv" >"$d/ref.out"
 	cat "$d/ref.out"
 	local kv tensors
@@ -168,7 +170,7 @@ killed() {
 		python3 "$gen" --mode "$1" --steps "$steps" --journal "$d/run.journal" \
 		>"$d/run.out" 2>"$d/run.err" &
 	pid=$!
-	deadline=$((SECONDS + 600))
+	deadline=$((SECONDS + run_timeout))
 	while [[ $(lines "$d/run.journal") -lt $target ]] && kill -0 $pid 2>/dev/null &&
 		((SECONDS < deadline)); do
 		sleep 0.01
@@ -199,7 +201,7 @@ resumed() {
 	[[ -f $d/killed_at ]] || { echo "no killed run"; exit 1; }
 	rm -f "$d/resume.kv" "$d/resume.kv.json"
 	# shellcheck disable=SC2046 # one word per variable
-	env $(preload_env "$d") timeout 600 "$moeft" restore --wal "$wal" --preload "$lib" -- \
+	env $(preload_env "$d") timeout "$run_timeout" "$moeft" restore --wal "$wal" --preload "$lib" -- \
 		python3 "$gen" --mode "$1" --steps "$steps" --journal "$d/run.journal" \
 		--dump-kv-at-resume "$d/resume.kv" >"$d/resumed.out" 2>"$d/resumed.err" ||
 		{ cat "$d/resumed.err"; exit 1; }
@@ -248,14 +250,14 @@ part_checks() {
 # ---- kernels --------------------------------------------------------------------
 
 kernels() {
-	"$build/tests/gpu/test_kernels_gpu" | tee "$work/kernels.out"
+	timeout "$run_timeout" "$build/tests/gpu/test_kernels_gpu" | tee "$work/kernels.out"
 	say "$(head -1 "$work/kernels.out" | sed 's/^test_kernels_gpu: //'): $(tail -1 "$work/kernels.out")"
 }
 
 # ---- moeft-serve --------------------------------------------------------------
 
 serve_kills() {
-	MOEFT_RESTORE_KILLS=${GPU_KILLS:-20} bash tests/restore/kill.sh "$moeft" "$lib" "$serve" |
+	MOEFT_RESTORE_KILLS=${GPU_KILLS:-20} timeout "$run_timeout" bash tests/restore/kill.sh "$moeft" "$lib" "$serve" |
 		tee "$work/kills.out"
 	say "$(tail -1 "$work/kills.out" | sed 's/^restore kill.sh: //')"
 }
@@ -267,7 +269,7 @@ sanitize() {
 	# The preload goes on the sanitizer's child only, after what the
 	# sanitizer itself may have put in LD_PRELOAD.
 	# shellcheck disable=SC2016 # expanded by that sh
-	MOEFT_WAL=$wal compute-sanitizer --tool memcheck --target-processes all \
+	MOEFT_WAL=$wal timeout "$run_timeout" compute-sanitizer --tool memcheck --target-processes all \
 		--error-exitcode 99 --print-limit 20 \
 		sh -c 'LD_PRELOAD="$0${LD_PRELOAD:+:$LD_PRELOAD}" exec "$@"' "$(realpath "$lib")" \
 		"$serve" --mode="$mode" --steps=64 >"$work/san.out"
@@ -279,7 +281,8 @@ sanitize() {
 # ---- bench -----------------------------------------------------------------------
 
 bench() {
-	python3 tests/gpu/bench.py --moeft "$moeft" --lib "$lib" --out "$work/bench.md"
+	python3 tests/gpu/bench.py --moeft "$moeft" --lib "$lib" --timeout "$run_timeout" \
+		--out "$work/bench.md"
 	say "table in bench.log"
 }
 
