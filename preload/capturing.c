@@ -310,7 +310,7 @@ int capture_hit(int rule, const struct rule_hit *h, void *stream, struct capture
 {
 	static const int kinds[] = { [RULE_ROUTING] = CLK_ROUTING, [RULE_KV] = CLK_KV,
 				     [RULE_STEP] = CLK_MARKER };
-	uint64_t key = h->kind == RULE_KV && h->npool ? h->pool[0] : h->ptr;
+	uint64_t key = h->kind == RULE_KV && h->npool ? h->pool[0] : 0;
 	struct clk_tick t;
 	int captured;
 

@@ -16,10 +16,12 @@ struct count {
 struct lane {
 	uint64_t id;
 	int64_t step;           /* latest process step it took part in; -1: none */
-	int kv;                 /* it has written KV: routing keys no longer count */
+	int kv;                 /* it has written KV: routing no longer starts steps */
 	int capturing;
-	uint32_t layers;        /* routing launches of its last step that a key or
-				   a row count ended: the model's MoE layers */
+	uint32_t layers;        /* routing launches of its last step that a wait
+				   or a row count ended: the model's MoE layers */
+	struct clk_thread router; /* the thread of its last routing launch, with
+				     its waits then */
 	struct count live, captured;
 };
 
@@ -132,20 +134,22 @@ static int keyed_start(struct count *n, uint64_t key)
 }
 
 /*
- * Whether a routing launch of rows token rows starts a step of a lane that
- * never wrote KV: its key is the one the step began with; or its row count
- * is not the step's (every layer of a forward pass routes the same tokens:
- * a prefill's then a decode's); or the step has as many routing launches
- * as the last step those two ended (a caching allocator may hand the first
- * layer a new buffer each step, so its key never comes round again).
+ * Whether a routing launch of rows token rows by thread th starts a step of
+ * a lane that never wrote KV: th launched the lane's last routing launch
+ * too and has waited for the GPU since (it took the step's results: every
+ * engine waits for the sampled tokens); or its row count is not the step's
+ * (every layer of a forward pass routes the same tokens: a prefill's then a
+ * decode's); or the step has as many routing launches as the last step
+ * those two ended.  The ids pointer says nothing: PyTorch's caching
+ * allocator hands every layer's top-k the block the layer before freed.
  */
-static int routing_starts(struct lane *l, uint64_t key, uint64_t rows)
+static int routing_starts(struct lane *l, uint64_t rows, const struct clk_thread *th)
 {
 	struct count *n = &l->live;
+	int waited = l->router.id == th->id && l->router.syncs != th->syncs;
 
-	if (keyed_start(n, key) || (rows && n->first_rows && rows != n->first_rows)) {
-		if (n->routing)
-			l->layers = n->routing;
+	if (n->routing && (waited || (rows && n->first_rows && rows != n->first_rows))) {
+		l->layers = n->routing;
 		return 1;
 	}
 	return l->layers && n->routing >= l->layers;
@@ -168,8 +172,7 @@ static void hit_captured(struct lane *l, int kind, uint64_t key, struct clk_tick
 			n->routing = 0;
 		break;
 	case CLK_ROUTING:
-		if (!l->kv && keyed_start(n, key))
-			n->routing = 0;
+		/* Counted from the capture's start: its replays are the steps. */
 		t->layer = n->routing++;
 		break;
 	}
@@ -193,10 +196,11 @@ static void hit_live(struct clock *c, struct lane *l, int kind, uint64_t key, ui
 			start_step(c, l, key, th, t);
 		break;
 	case CLK_ROUTING:
-		if (l->step < 0 || (!l->kv && routing_starts(l, key, rows)))
-			start_step(c, l, l->kv ? l->live.first_key : key, th, t);
+		if (l->step < 0 || (!l->kv && routing_starts(l, rows, th)))
+			start_step(c, l, l->live.first_key, th, t);
 		if (!l->live.first_rows)
 			l->live.first_rows = rows;
+		l->router = *th;
 		t->layer = l->live.routing++;
 		break;
 	}

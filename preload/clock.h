@@ -11,10 +11,11 @@
  *    (the first pool pointer: per-layer caches make it the layer) is the
  *    key the lane's current step began with: the forward pass came round
  *    to its first layer again;
- *  - on a lane that has never written KV, the same with routing launches
- *    keyed by their ids pointer; also a routing launch whose row count is
- *    not that of the step's first one, and one that finds the step holding
- *    as many as the last step those ended (routing_starts in clock.c).
+ *  - on a lane that has never written KV, a routing launch by a thread
+ *    that has waited for the GPU since it launched the lane's last one; or
+ *    whose row count is not that of the step's first one; or that finds
+ *    the step holding as many as the last step those ended (routing_starts
+ *    in clock.c).
  * A routing launch's layer is its ordinal among the routing launches of
  * its lane's step.
  *
@@ -28,7 +29,7 @@
  *
  * Launches recorded into a graph (the lane is capturing) are not steps:
  * they only get their layer ordinals, counted from the capture's first
- * routing launch (a captured KV or marker key starts the count again), and
+ * routing launch (a captured KV key or marker starts the count again), and
  * the graph's replays supply the steps.
  *
  * Not thread-safe: the caller serialises calls.  No CUDA, no allocation
@@ -44,8 +45,8 @@
 
 enum clk_kind {
 	CLK_KV = 1,      /* a KV-write launch; key: its first pool pointer */
-	CLK_ROUTING = 2, /* a routing launch; key: its ids pointer */
-	CLK_MARKER = 3,  /* a `step` rule's kernel */
+	CLK_ROUTING = 2, /* a routing launch; no key (0) */
+	CLK_MARKER = 3,  /* a `step` rule's kernel; no key */
 	CLK_GRAPH = 4    /* a graph launch */
 };
 

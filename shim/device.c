@@ -226,7 +226,9 @@ int shim_dev_copy_to_device(uint64_t dev, const void *src, size_t len, void *str
 void shim_dev_bind_thread(void)
 {
 	__typeof__(&cuCtxSetCurrent) set;
+	CUstreamCaptureMode mode;
 
 	if (ctx && REAL(set, cuCtxSetCurrent))
 		set(ctx);
+	relax(&mode);
 }

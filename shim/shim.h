@@ -155,7 +155,11 @@ int shim_dev_copy_to_device(uint64_t dev, const void *src, size_t len, void *str
 /* 1 when stream is being captured into a graph, 0 when not, -1 when the
  * driver cannot tell. */
 int shim_dev_capturing(void *stream);
-/* Make the context of shim_dev_load current in the calling thread. */
+/* Make the calling thread, one of moeft's own, a device thread: the
+ * context of shim_dev_load current in it, and its capture mode relaxed for
+ * good, so that its event queries never invalidate a graph the application
+ * is capturing in the global mode (CUDA counts a query as potentially
+ * unsafe then, from any thread in that mode). */
 void shim_dev_bind_thread(void);
 
 #endif

@@ -13,7 +13,9 @@ was captured on.
 The model is Qwen3MoeForCausalLM from a random config, seeded, so every run
 of one configuration has the same weights and prompts; bf16, SDPA attention,
 grouped-mm experts (transformers' default, with no host syncs, so the decode
-pass can be captured).  The KV cache is transformers' StaticCache, allocated
+pass can be captured).  SDPA's cuDNN backend is off: it makes its handle at
+first use, which in a resumed graph-mode run (no prefill) would be inside
+the capture, where allocating is forbidden.  The KV cache is transformers' StaticCache, allocated
 whole before the first pass, right after the weights: per layer a K and a V
 tensor [batch, kv heads, cache len, head dim].  With the defaults each is
 12 MiB, a multiple of 2 MiB over 10 MiB, which PyTorch's caching allocator
@@ -22,8 +24,10 @@ prints the size and whether that holds (the "kv" line).
 
 Outputs (formats in formats.py): --journal, a line per completed step with
 the batch's tokens, each in one write(2); --truth, per step, layer and token
-row the top-k expert ids of the softmax of the router logits
-(output_router_logits=True); --save-kv, the whole cache after step
+row the top-k expert ids each layer's router returned (a forward hook on
+every router keeps a copy of its ids, in every run alike, so that a run
+with --truth launches the same kernels as one without; in graph mode the
+copies are captured and hold each replay's ids); --save-kv, the whole cache after step
 --save-kv-step; stdout, a "kv" line, a "result" line (configuration, token
 count and hash of every token) and a "times" line (wall-clock seconds since
 the epoch, and the decode throughput).
@@ -201,7 +205,11 @@ def build_model(a, torch):
             % model.config._experts_implementation)
     if any(p.dtype != torch.bfloat16 for p in model.parameters()):
         die(1, "from_config(dtype=bfloat16) left parameters in another dtype")
-    return model.eval()
+    routers = [m for m in model.modules() if type(m).__name__ == "Qwen3MoeTopKRouter"]
+    if len(routers) != a.layers:
+        die(1, "the model has %d Qwen3MoeTopKRouter modules, want one a layer (%d)"
+            % (len(routers), a.layers))
+    return model.eval(), routers
 
 
 def build_cache(a, model, torch, device):
@@ -256,18 +264,26 @@ def kv_save(torch, path, cache, step, filled):
 class Decoder:
     """The forward passes, eager or replayed, and what each step emits."""
 
-    def __init__(self, a, torch, model, cache, device):
+    def __init__(self, a, torch, model, routers, cache, device):
         self.a, self.torch, self.model, self.cache, self.device = a, torch, model, cache, device
         self.graph = None
+        self.routed = []
+        for r in routers:
+            r.register_forward_hook(self.keep_ids)
+
+    def keep_ids(self, module, inputs, output):
+        """A router's (logits, scores, ids): a copy of the ids, which the
+        caching allocator would hand the next layer once the block is done."""
+        self.routed.append(output[2].clone())
 
     def forward(self, ids, pos):
+        self.routed = []
         out = self.model.model(input_ids=ids, position_ids=pos, past_key_values=self.cache,
-                               use_cache=True, output_router_logits=bool(self.a.truth))
+                               use_cache=True)
         logits = self.model.lm_head(out.last_hidden_state[:, -1, :])
-        routers = out.router_logits if self.a.truth else None
-        if routers is not None and len(routers) != self.a.layers:
-            die(1, "output_router_logits gave %d layers, want %d" % (len(routers), self.a.layers))
-        return logits.argmax(dim=-1), routers
+        if len(self.routed) != self.a.layers:
+            die(1, "the routers ran %d times in a pass, want %d" % (len(self.routed), self.a.layers))
+        return logits.argmax(dim=-1), self.routed
 
     def prefill(self, prompts):
         pos = self.torch.arange(self.a.prompt_len, device=self.device).unsqueeze(0)
@@ -297,10 +313,9 @@ class Decoder:
         self.graph.replay()
         return self.out
 
-    def truth_layers(self, routers):
-        torch = self.torch
-        return [torch.topk(torch.softmax(r, dim=-1, dtype=torch.float), self.a.topk, dim=-1)
-                .indices.tolist() for r in routers]
+    @staticmethod
+    def truth_layers(routed):
+        return [ids.tolist() for ids in routed]
 
 
 def main(argv):
@@ -323,7 +338,8 @@ def main(argv):
     device = torch.device(a.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         die(1, "no CUDA device")
-    model = build_model(a, torch)
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    model, routers = build_model(a, torch)
     prompts = torch.randint(0, a.vocab, (a.batch, a.prompt_len),
                             generator=torch.Generator().manual_seed(a.seed + 1))
     stream = torch.cuda.Stream(device) if device.type == "cuda" else None
@@ -331,7 +347,7 @@ def main(argv):
         model.to(device)
         cache = build_cache(a, model, torch, device)
         print(kv_line(a, torch, cache, device, "start"), flush=True)
-        dec = Decoder(a, torch, model, cache, device)
+        dec = Decoder(a, torch, model, routers, cache, device)
         journal = Journal(a.journal, keep) if a.journal else None
         truth = None
         if a.truth:
@@ -358,7 +374,7 @@ def main(argv):
         prefill_s = 0.0
         for t in range(resume, a.steps):
             t0 = time.time()
-            tokens, routers = dec.prefill(prompts) if t == 0 else dec.decode(t, tokens)
+            tokens, routed = dec.prefill(prompts) if t == 0 else dec.decode(t, tokens)
             row = tokens.tolist()  # waits for the step
             now = time.time()
             if t == 0:
@@ -375,7 +391,7 @@ def main(argv):
             if journal:
                 journal.step(t, row)
             if truth:
-                truth.write(formats.truth_step(t, dec.truth_layers(routers)))
+                truth.write(formats.truth_step(t, dec.truth_layers(routed)))
             if a.save_kv and t == a.save_kv_step:
                 kv_save(torch, a.save_kv, cache, t, a.prompt_len + t)
             if t == 0 and a.mode == "graph":

@@ -158,6 +158,27 @@ reference() {
 	say "$tensors K/V tensors of $kv bytes, $(field "$d/ref.out" times tok-s) tok/s"
 }
 
+# same_steps A B N: the first N steps of journals A and B are equal, else
+# the first that differs is shown.
+same_steps() {
+	cmp -s <(head -n "$3" "$1") <(head -n "$3" "$2") && return
+	diff <(head -n "$3" "$1") <(head -n "$3" "$2") | head -4
+	echo "the journals differ within their first $3 steps"
+	return 1
+}
+
+# The uninterrupted run again, as the runs under the preload are made: the
+# program is deterministic, or no comparison below means anything.
+again() {
+	local d=$work/$1
+	[[ -f $d/kv_bytes ]] || { echo "no reference run"; exit 1; }
+	timeout "$run_timeout" python3 "$gen" --mode "$1" --steps "$steps" \
+		--journal "$d/again.journal" >"$d/again.out"
+	same_steps "$d/ref.journal" "$d/again.journal" "$steps"
+	diff <(grep '^result ' "$d/ref.out") <(grep '^result ' "$d/again.out")
+	say "$steps steps, each the reference's"
+}
+
 # Under the preload, SIGKILL once the journal has a random number of steps.
 killed() {
 	local d=$work/$1 wal=/dev/shm/moeft-gpu-$1.wal target pid n deadline
@@ -181,7 +202,7 @@ killed() {
 	echo "$n" >"$d/killed_at"
 	cat "$d/run.err"
 	# Until the kill, the run under the preload emitted the reference's tokens.
-	cmp <(head -n "$n" "$d/ref.journal") <(head -n "$n" "$d/run.journal")
+	same_steps "$d/ref.journal" "$d/run.journal" "$n"
 	say "aimed at step $target, killed after $n steps, each the reference's"
 }
 
@@ -239,6 +260,7 @@ part_checks() {
 	local mode
 	for mode in eager graph; do
 		check checks "$mode: reference run" reference "$mode"
+		[[ $mode == eager ]] && check checks "$mode: the same run again" again "$mode"
 		check checks "$mode: killed under the preload" killed "$mode"
 		check checks "$mode: routing of the committed windows" routing "$mode"
 		check checks "$mode: moeft restore -- moe_generate.py" resumed "$mode"
@@ -272,8 +294,9 @@ sanitize() {
 	MOEFT_WAL=$wal timeout "$run_timeout" compute-sanitizer --tool memcheck --target-processes all \
 		--error-exitcode 99 --print-limit 20 \
 		sh -c 'LD_PRELOAD="$0${LD_PRELOAD:+:$LD_PRELOAD}" exec "$@"' "$(realpath "$lib")" \
-		"$serve" --mode="$mode" --steps=64 >"$work/san.out"
-	cmp "$work/san.plain" "$work/san.out"
+		"$serve" --mode="$mode" --steps=64 >"$work/san.out" ||
+		{ head -80 "$work/san.out"; exit 1; }
+	grep -v '^=========' "$work/san.out" | cmp "$work/san.plain" -
 	"$moeft" verify --wal "$wal"
 	say "no memcheck error; output as without the preload; log verifies"
 }

@@ -106,31 +106,48 @@ static void test_syncs(void)
 	clk_destroy(c);
 }
 
-/* Without KV writes, a repeated ids pointer starts a step. */
-static void test_routing_keys(void)
+/* Without KV writes, a host wait ends the step: the thread's next routing
+ * launch starts one, whatever its ids pointer.  PyTorch's caching allocator
+ * hands every layer's top-k the same block (freed at the end of the layer),
+ * so a repeated pointer is no step; nor is a wait by another thread. */
+static void test_routing_syncs(void)
 {
 	struct clock *c = clk_create(2);
+	struct clk_thread other = { 2, 0 };
 	struct clk_tick t;
 	unsigned s, l;
 
-	for (s = 0; s < 5; s++)
+	for (s = 0; s < 5; s++) {
 		for (l = 0; l < 4; l++) {
-			t = hit(c, A, CLK_ROUTING, 0x500 + l * 8, 0);
+			t = hit(c, A, CLK_ROUTING, 0x500, 0);
 			CU_ASSERT_EQUAL(t.new_step, l == 0);
 			CU_ASSERT_EQUAL(t.boundary, l == 0 && (s == 2 || s == 4));
 			CU_ASSERT_EQUAL(t.step, s);
 			CU_ASSERT_EQUAL(t.layer, l);
+			if (l == 1)
+				other.syncs++;
 		}
-	/* The lane starts writing KV: its KV keys take over, routing keys no
-	 * longer start steps, and the switch itself is no step. */
-	t = hit(c, A, CLK_KV, 0x7000, 0);
-	CU_ASSERT_EQUAL(t.new_step, 0);
+		me.syncs++;
+	}
+	/* Two waits in a row are one. */
+	me.syncs++;
 	t = hit(c, A, CLK_ROUTING, 0x500, 0);
-	CU_ASSERT_EQUAL(t.new_step, 0);
-	CU_ASSERT_EQUAL(t.layer, 4);
-	t = hit(c, A, CLK_KV, 0x7000, 0);
 	CU_ASSERT_EQUAL(t.new_step, 1);
 	CU_ASSERT_EQUAL(t.step, 5);
+	CU_ASSERT_EQUAL(clk_hit(c, A, CLK_ROUTING, 0x500, 0, 0, &other, &t), 0);
+	CU_ASSERT_EQUAL(t.new_step, 0);
+	CU_ASSERT_EQUAL(t.layer, 1);
+	/* The lane starts writing KV: its KV keys take over, waits no longer
+	 * start steps, and the switch itself is no step. */
+	t = hit(c, A, CLK_KV, 0x7000, 0);
+	CU_ASSERT_EQUAL(t.new_step, 0);
+	me.syncs++;
+	t = hit(c, A, CLK_ROUTING, 0x500, 0);
+	CU_ASSERT_EQUAL(t.new_step, 0);
+	CU_ASSERT_EQUAL(t.layer, 2);
+	t = hit(c, A, CLK_KV, 0x7000, 0);
+	CU_ASSERT_EQUAL(t.new_step, 1);
+	CU_ASSERT_EQUAL(t.step, 6);
 	clk_destroy(c);
 }
 
@@ -142,10 +159,9 @@ static struct clk_tick routed(struct clock *c, uint64_t key, uint64_t rows)
 	return t;
 }
 
-/* Eager PyTorch: no KV rule, a prefill over 8 rows a token, then decode
- * steps of 2 rows whose layer-0 ids buffer is not the prefill's, and, from
- * step 3 on, a new one every step.  The row count ends the prefill; the
- * prefill's layer count (4) then ends every step whose key never repeats. */
+/* No KV rule and no host waits: a prefill over 8 rows, then decode steps
+ * of 2 rows, whatever their ids pointers.  The row count ends the prefill;
+ * the prefill's layer count (4) then ends every step. */
 static void test_routing_rows_and_layers(void)
 {
 	struct clock *c = clk_create(16);
@@ -189,6 +205,11 @@ static void test_capture_and_graphs(void)
 		CU_ASSERT_EQUAL(t.layer, l);
 	}
 	CU_ASSERT_EQUAL(clk_step(c), -1);
+	/* Without KV, every layer's ids in one block: the layers still count. */
+	for (l = 0; l < 3; l++) {
+		t = hit(c, B, CLK_ROUTING, 0x300, 1);
+		CU_ASSERT_EQUAL(t.layer, l);
+	}
 	for (s = 0; s < 7; s++) {
 		t = hit(c, A, CLK_GRAPH, 0, 0);
 		CU_ASSERT_EQUAL(t.new_step, 1);
@@ -250,7 +271,7 @@ int main(void)
 		{ "KV keys mark steps and layers", test_kv_keys },
 		{ "lanes join the process step", test_lanes_join },
 		{ "a thread's syncs end its step", test_syncs },
-		{ "routing keys without KV", test_routing_keys },
+		{ "host waits end routing steps without KV", test_routing_syncs },
 		{ "routing rows and layer counts", test_routing_rows_and_layers },
 		{ "captures, graph launches, markers", test_capture_and_graphs },
 		{ "resume after a restored step", test_resume },
