@@ -11,12 +11,15 @@ stream other than the default one, and a graph is replayed on the stream it
 was captured on.
 
 The model is Qwen3MoeForCausalLM from a random config, seeded, so every run
-of one configuration has the same weights and prompts; bf16, SDPA attention,
+of one configuration on one device has the same weights and prompts (the
+weights are drawn by transformers' own initialisation once they are on the
+device: drawing them on the CPU took 20 s a run); bf16, SDPA attention,
 grouped-mm experts (transformers' default, with no host syncs, so the decode
 pass can be captured).  SDPA's cuDNN backend is off: it makes its handle at
 first use, which in a resumed graph-mode run (no prefill) would be inside
-the capture, where allocating is forbidden.  The KV cache is transformers' StaticCache, allocated
-whole before the first pass, right after the weights: per layer a K and a V
+the capture, where allocating is forbidden.  The KV cache is transformers'
+StaticCache, allocated whole before the first pass, right after the
+weights: per layer a K and a V
 tensor [batch, kv heads, cache len, head dim].  With the defaults each is
 12 MiB, a multiple of 2 MiB over 10 MiB, which PyTorch's caching allocator
 serves with a device allocation of its own of exactly that size; the run
@@ -181,22 +184,24 @@ class Journal:
 
 
 def build_model(a, torch):
-    """The model on the CPU, in bf16: built there so that no device memory
-    is allocated and freed before the cache (a freed block could hold it)."""
+    """The model on the CPU, in bf16, its weights not yet drawn (init_weights
+    does that where it runs): built there so that no device memory is
+    allocated and freed before the cache (a freed block could hold it)."""
     try:
         from transformers import AutoModelForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+        from transformers.initialization import no_init_weights
     except ImportError as e:
-        die(1, "transformers with Qwen3-MoE is needed: %s" % e)
+        die(1, "transformers 5 with Qwen3-MoE is needed: %s" % e)
     config = Qwen3MoeConfig(
         vocab_size=a.vocab, hidden_size=a.hidden, num_hidden_layers=a.layers,
         num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
         num_experts=a.experts, num_experts_per_tok=a.topk,
         moe_intermediate_size=a.moe_intermediate, norm_topk_prob=True,
         max_position_embeddings=a.cache_len, decoder_sparse_step=1, mlp_only_layers=[])
-    torch.manual_seed(a.seed)
-    model = AutoModelForCausalLM.from_config(
-        config, dtype=torch.bfloat16, attn_implementation="sdpa",
-        experts_implementation="grouped_mm")
+    with no_init_weights():
+        model = AutoModelForCausalLM.from_config(
+            config, dtype=torch.bfloat16, attn_implementation="sdpa",
+            experts_implementation="grouped_mm")
     if not isinstance(model, Qwen3MoeForCausalLM) or not hasattr(model, "model"):
         die(1, "from_config gave a %s, not a Qwen3MoeForCausalLM with .model"
             % type(model).__name__)
@@ -345,6 +350,8 @@ def main(argv):
     stream = torch.cuda.Stream(device) if device.type == "cuda" else None
     with torch.no_grad(), (torch.cuda.stream(stream) if stream else contextlib.nullcontext()):
         model.to(device)
+        torch.manual_seed(a.seed)
+        model.init_weights()
         cache = build_cache(a, model, torch, device)
         print(kv_line(a, torch, cache, device, "start"), flush=True)
         dec = Decoder(a, torch, model, routers, cache, device)
