@@ -1,7 +1,8 @@
 #!/bin/bash
 # kill.sh - kill -9 and restore, over and over: the test serving program
-# under the preload is killed at a random moment (mid-decode, mid-commit,
-# or during a restore), `moeft restore -- serve` brings it back, and the
+# under the preload (eager and graph mode, one host thread and two, in
+# turn) is killed at a random moment (mid-decode, mid-commit, or during a
+# restore), `moeft restore -- serve` brings it back, and the
 # run it finally completes must print exactly what an uninterrupted run
 # prints (every token, the KV pool's final CRC), having recomputed at most
 # a window of steps at each kill.
@@ -43,8 +44,11 @@ done_steps() {
 declare -A rpo
 total=0
 for mode in eager graph; do
-	args="--mode=$mode --steps=$steps"
-	"$serve" $args >"$dir/want.$mode" || fail "$mode: the uninterrupted run failed"
+	for threads in 1 2; do
+		args="--mode=$mode --threads=$threads --steps=$steps"
+		"$serve" $args >"$dir/want.$mode.$threads" ||
+			fail "$mode, $threads threads: the uninterrupted run failed"
+	done
 done
 # The time of a run under the preload, and of its decode alone (the run
 # less one of a single step: the log's creation), to aim the kills.
@@ -63,9 +67,10 @@ decode=$((span - $(ms_of 1)))
 
 i=0
 while [ $i -lt "$kills" ]; do
-	mode=eager
+	mode=eager threads=1
 	[ $((i % 2)) = 1 ] && mode=graph
-	args="--mode=$mode --steps=$steps"
+	[ $((i / 2 % 2)) = 1 ] && threads=2
+	args="--mode=$mode --threads=$threads --steps=$steps"
 	wal="$dir/k.wal" journal="$dir/k.journal"
 	rm -f "$wal" "$wal.kv" "$journal"
 	rm -rf "$wal.restore"
@@ -103,18 +108,18 @@ while [ $i -lt "$kills" ]; do
 		grep -q 'nothing to restore' "$dir/err" && resumed=0
 		if [ -n "$resumed" ]; then
 			[ "$before" -ge "$resumed" ] ||
-				fail "$mode: resumed at step $resumed, but only $before steps had run"
+				fail "$mode, $threads threads: resumed at step $resumed, but only $before steps had run"
 			lost=$((before - resumed))
 			# A host wait hands the program no step past a boundary
 			# before that window is committed (MOEFT_COMMIT=wait).
-			[ $lost -le $window ] || fail "$mode: $lost steps lost, over a window ($window)"
+			[ $lost -le $window ] || fail "$mode, $threads threads: $lost steps lost, over a window ($window)"
 			rpo[$lost]=$((${rpo[$lost]:-0} + 1))
 			total=$((total + 1))
 		fi
 		[ $status = 137 ] && continue
-		[ $status = 0 ] || fail "$mode: restore run exited $status: $(cat "$dir/err")"
-		cmp -s "$dir/out" "$dir/want.$mode" ||
-			fail "$mode: after restore the output is $(cat "$dir/out"), want $(cat "$dir/want.$mode")"
+		[ $status = 0 ] || fail "$mode, $threads threads: restore run exited $status: $(cat "$dir/err")"
+		cmp -s "$dir/out" "$dir/want.$mode.$threads" ||
+			fail "$mode, $threads threads: after restore the output is $(cat "$dir/out"), want $(cat "$dir/want.$mode.$threads")"
 		break
 	done
 done
