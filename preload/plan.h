@@ -48,7 +48,6 @@ struct restore_pool {
 	/* Restore mode's, not the file's: */
 	const void *image;            /* mapped by restore_plan_load */
 	uint64_t base;                /* the matching allocation; 0: none yet */
-	int pinned;                   /* image page-locked for the copy (resume.c) */
 };
 
 struct restore_plan {

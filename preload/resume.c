@@ -40,7 +40,6 @@ static struct {
 	 * long as the driver takes) */
 	_Atomic(void *) restored;
 	struct timespec t0;        /* when the copies were enqueued */
-	int pin_error;             /* CUresult of an image that could not be pinned */
 	int reported;              /* the consumer's */
 } rm = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -189,17 +188,10 @@ static void copy_in(void *stream)
 			      q->ordinal);
 	clock_gettime(CLOCK_MONOTONIC, &rm.t0);
 	for (i = 0; i < rm.plan.npools; i++) {
-		struct restore_pool *p = &rm.plan.pools[i];
-
-		/* Pinned, the image crosses the bus at its speed; pageable, the
-		 * driver stages it at a fraction of that (slower, still whole). */
-		if ((r = shim_dev_host_register(p->image, p->size)) == 0)
-			p->pinned = 1;
-		else
-			rm.pin_error = r;
-		if ((r = shim_dev_copy_to_device(p->base, p->image, p->size, stream)))
-			resume_refuse("copying pool %u in failed (CUresult %d)", p->no, r);
-		bytes += p->size;
+		q = &rm.plan.pools[i];
+		if ((r = shim_dev_copy_to_device(q->base, q->image, q->size, stream)))
+			resume_refuse("copying pool %u in failed (CUresult %d)", q->no, r);
+		bytes += q->size;
 	}
 	if ((r = shim_dev_event(&event)) || (r = shim_dev_record(event, stream)))
 		resume_refuse("cannot record the copies' event (CUresult %d)", r);
@@ -260,8 +252,7 @@ void resume_report(void)
 {
 	void *done = copies();
 	struct timespec t;
-	uint64_t bytes = 0, pinned = 0;
-	char how[96];
+	uint64_t bytes = 0;
 	double s;
 	unsigned i;
 
@@ -270,21 +261,8 @@ void resume_report(void)
 	rm.reported = 1;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	s = (double)(t.tv_sec - rm.t0.tv_sec) + (double)(t.tv_nsec - rm.t0.tv_nsec) / 1e9;
-	for (i = 0; i < rm.plan.npools; i++) {
-		struct restore_pool *p = &rm.plan.pools[i];
-
-		bytes += p->size;
-		if (p->pinned) {
-			pinned += p->size;
-			shim_dev_host_unregister(p->image);
-			p->pinned = 0;
-		}
-	}
-	if (pinned == bytes)
-		snprintf(how, sizeof how, "from pinned images");
-	else
-		snprintf(how, sizeof how, "%" PRIu64 " of them from pageable memory (pinning the "
-			 "images failed, CUresult %d)", bytes - pinned, rm.pin_error);
-	msg_log(WAL_LOG_WARN, "restore: %" PRIu64 " bytes of KV restored in %.3f s (%.2f GB/s), %s",
-		bytes, s, s > 0 ? (double)bytes / s / 1e9 : 0.0, how);
+	for (i = 0; i < rm.plan.npools; i++)
+		bytes += rm.plan.pools[i].size;
+	msg_log(WAL_LOG_WARN, "restore: %" PRIu64 " bytes of KV restored in %.3f s (%.2f GB/s)",
+		bytes, s, s > 0 ? (double)bytes / s / 1e9 : 0.0);
 }

@@ -223,25 +223,6 @@ int shim_dev_copy_to_device(uint64_t dev, const void *src, size_t len, void *str
 	return copy(dev, src, len, (CUstream)stream);
 }
 
-int shim_dev_host_register(const void *p, size_t len)
-{
-	__typeof__(&cuMemHostRegister_v2) reg;
-
-	if (!REAL(reg, cuMemHostRegister_v2))
-		return CUDA_ERROR_NOT_FOUND;
-	/* READ_ONLY: the mapping is PROT_READ; PORTABLE: any context copies. */
-	return reg((void *)(uintptr_t)p, len,
-		   CU_MEMHOSTREGISTER_READ_ONLY | CU_MEMHOSTREGISTER_PORTABLE);
-}
-
-void shim_dev_host_unregister(const void *p)
-{
-	__typeof__(&cuMemHostUnregister) unreg;
-
-	if (REAL(unreg, cuMemHostUnregister))
-		unreg((void *)(uintptr_t)p);
-}
-
 void shim_dev_bind_thread(void)
 {
 	__typeof__(&cuCtxSetCurrent) set;

@@ -152,11 +152,6 @@ int shim_dev_record(void *event, void *stream);
 int shim_dev_wait(void *stream, void *event);
 int shim_dev_query(void *event);        /* 0: done; CUDA_ERROR_NOT_READY */
 int shim_dev_copy_to_device(uint64_t dev, const void *src, size_t len, void *stream);
-/* Page-lock len bytes of read-only host memory at p (a mapped file), so
- * that copies from it run at the bus's speed, not through the driver's
- * staging (CUresult, 0: done); and undo it once no copy reads it. */
-int shim_dev_host_register(const void *p, size_t len);
-void shim_dev_host_unregister(const void *p);
 /* 1 when stream is being captured into a graph, 0 when not, -1 when the
  * driver cannot tell. */
 int shim_dev_capturing(void *stream);

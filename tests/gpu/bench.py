@@ -197,14 +197,14 @@ class Bench:
                                 grep("result .*", fresh_out, "result").group(0)))
         offline = grep(r"moeft restore: window .* ([0-9.]+) s, ([0-9]+) MB/s", err,
                        "offline restore summary")
-        copy = grep(r"restore: ([0-9]+) bytes of KV restored in ([0-9.]+) s \(([0-9.]+) GB/s\), (.*)",
+        copy = grep(r"restore: ([0-9]+) bytes of KV restored in ([0-9.]+) s \(([0-9.]+) GB/s\)",
                     err, "the preload's restore line")
         rto = resumed["first"] - t0
         # Without moeft: start again, prefill, decode steps 1 .. r.
         recompute = fresh["first"] - fresh["start"] + r * step_s
         self.row("restore copy into the GPU (preload), %.1f GiB" % (int(copy[1]) / (1 << 30)),
-                 "%s GB/s in %s s, **%.2fx** pinned H2D (%s)" % (
-                     copy[3], copy[2], float(copy[3]) / h2d, copy[4]), ">= 0.8x of pinned H2D")
+                 "%s GB/s in %s s, **%.2fx** pinned H2D" % (
+                     copy[3], copy[2], float(copy[3]) / h2d), ">= 0.8x of pinned H2D")
         self.row("offline restore (moeft restore, images into tmpfs)",
                  "%.0f MB/s in %s s" % (float(offline[2]), offline[1]))
         self.row("RTO with moeft, %.1f GiB KV, %s, resumed at step %d" % (

@@ -6,8 +6,7 @@
 # from starting (status 1, the chunk named); a log with nothing committed
 # starts it fresh, and so does one whose format was interrupted, while one
 # with data that is no log is refused.  And when the restored bytes land
-# (MOEFT_RESTORE_AT), and from where: pinned images, or pageable memory
-# when they cannot be pinned (FIXTURE_REGISTER_FAIL), with the same result.
+# (MOEFT_RESTORE_AT).
 #
 # Usage: online.sh MOEFT LIBMOEFT SERVE KVTOOL
 set -u
@@ -50,20 +49,7 @@ for at in init step; do
 	step) [ "$got" != "$want_kv" ] && [ -n "$got" ] ||
 		fail "restore at step: the pool was restored before the first step ($got)" ;;
 	esac
-	grep -q '^moeft: restore: 163840 bytes of KV restored in .*, from pinned images$' \
-		"$dir/$at.err" || fail "restore at $at: no copy from pinned images: $(cat "$dir/$at.err")"
 done
-cp "$dir/w.wal.orig" "$dir/pageable.wal"
-cp "$dir/w.wal.kv.orig" "$dir/pageable.wal.kv"
-cp "$dir/j" "$dir/j.pageable"
-FIXTURE_REGISTER_FAIL=1 "$moeft" restore --wal "$dir/pageable.wal" --preload "$lib" -- \
-	"$serve" --steps=40 --journal="$dir/j.pageable" --truth="$dir/pageable.truth" \
-	>"$dir/pageable.out" 2>"$dir/pageable.err" || fail "unpinned restore: $(cat "$dir/pageable.err")"
-cmp -s "$dir/pageable.out" "$dir/plain" || fail "unpinned restore: output differs"
-[ "$(sed -n 's/^resume-kv //p' "$dir/pageable.truth")" = "$want_kv" ] ||
-	fail "unpinned restore: the pool before step 32 is not the crashed run's"
-grep -q '^moeft: restore: 163840 bytes of KV restored in .*, 163840 of them from pageable memory (pinning the images failed, CUresult 801)$' \
-	"$dir/pageable.err" || fail "unpinned restore: $(cat "$dir/pageable.err")"
 
 # other: NAME WANT-LINE SERVE-ARGS...: the restore must stop the command.
 # Each case gets a copy of the crashed process's log and journal.
