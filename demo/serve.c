@@ -110,6 +110,7 @@ struct opts {
 	uint32_t seed;
 	int graph;  /* --mode=graph */
 	int kv_one; /* --kv-layout=one */
+	int kv_memset; /* --kv-init=memset */
 	int capture_side; /* --capture=side */
 	const char *truth, *journal;
 };
@@ -220,6 +221,8 @@ static void usage(FILE *f)
 		"  --mode=eager|graph        launch every kernel, or replay a CUDA graph (eager)\n"
 		"  --threads=1|2             host threads driving the two streams (1)\n"
 		"  --kv-layout=one|per-layer one KV allocation, or one per layer (per-layer)\n"
+		"  --kv-init=fill|memset     zero the KV pools with a kernel or with\n"
+		"                            cudaMemsetAsync, no launch (fill)\n"
 		"  --capture=same|side       graph mode: capture on the replay stream or on\n"
 		"                            a side stream (same)\n"
 		"  --truth=PATH     write the ground truth there\n"
@@ -269,6 +272,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		{ "mode", required_argument, NULL, 'm' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "kv-layout", required_argument, NULL, 'l' },
+		{ "kv-init", required_argument, NULL, 'i' },
 		{ "capture", required_argument, NULL, 'c' },
 		{ "truth", required_argument, NULL, 'T' },
 		{ "journal", required_argument, NULL, 'J' },
@@ -294,6 +298,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case 'm': o->graph = choice_arg("mode", optarg, "eager", "graph"); break;
 		case 't': o->threads = num_arg("threads", optarg, 1, 2); break;
 		case 'l': o->kv_one = choice_arg("kv-layout", optarg, "per-layer", "one"); break;
+		case 'i': o->kv_memset = choice_arg("kv-init", optarg, "fill", "memset"); break;
 		case 'c': o->capture_side = choice_arg("capture", optarg, "same", "side"); break;
 		case 'T': o->truth = optarg; break;
 		case 'J': o->journal = optarg; break;
@@ -439,7 +444,11 @@ static void pool_init(struct serve *sv)
 		void *args[] = { &dst, &words, &zero };
 
 		sv->pool_alloc[a] = dst;
-		launch(sv->g[0].stream, SK_FILL, grid < 1024 ? (unsigned)grid : 1024, 256, args);
+		if (o->kv_memset)
+			CU(cudaMemsetAsync(dst, 0, bytes, sv->g[0].stream));
+		else
+			launch(sv->g[0].stream, SK_FILL, grid < 1024 ? (unsigned)grid : 1024, 256,
+			       args);
 	}
 	sv->pool = xcalloc(o->layers, sizeof *sv->pool);
 	for (layer = 0; layer < o->layers; layer++)

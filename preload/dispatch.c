@@ -105,7 +105,7 @@ static int ev_launch(const struct shim_launch *l)
 	int r;
 
 	after.stream = l->stream;
-	after.restore = resume_initialiser();
+	after.restore = resume_initialiser(l->stream);
 	after.capture = 0;
 	if (!m || !l->args || atomic_load_explicit(&m->off, memory_order_relaxed))
 		return after.restore;

@@ -8,11 +8,11 @@
  *
  * In CMD the preload matches each new device allocation to a pool of the
  * plan by identity (ident.h), never by address: same call-site
- * fingerprint, size and ordinal among equal ones.  At the first decode step (the step clock's
- * first step, before its first launch, so after the application's own
- * initialisation of the pool, such as torch.zeros' fill kernel, and before
- * its first real use) the images are copied in, in stream order; every
- * other stream waits for the copy before its own first step.  A pool of
+ * fingerprint, size and ordinal among equal ones.  After the application's
+ * own initialisation of the pools (such as torch.zeros' fill kernel) and
+ * before their first real use, the images are copied in, in stream order
+ * (resume.h says when: MOEFT_RESTORE_AT); every other stream waits for the
+ * copy before its own first step.  A pool of
  * the plan that no allocation matched by then, or a KV write into an
  * allocation that claimed none, means another model or configuration: the
  * process is stopped with a message naming it.

@@ -204,11 +204,12 @@ static void copy_in(void *stream)
 		rm.plan.last_step + 1);
 }
 
-int resume_initialiser(void)
+int resume_initialiser(void *stream)
 {
 	int r;
 
-	if (!atomic_load_explicit(&rm.watching, memory_order_relaxed))
+	if (!atomic_load_explicit(&rm.watching, memory_order_relaxed) ||
+	    shim_dev_capturing(stream) != 0)
 		return 0;
 	pthread_mutex_lock(&rm.lock);
 	r = !copies() && rm.matched && !rm.init_seen;

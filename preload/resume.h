@@ -61,10 +61,14 @@ uint64_t resume_last_step(void);
 /* A new allocation may claim a pool of the plan. */
 void resume_alloc(const struct alloc_info *a);
 
-/* MOEFT_RESTORE_AT=init, for a launch while launches are watched: 1 when
- * it is the pools' initialiser, after which resume_after(stream) must
- * enqueue the copies. */
-int resume_initialiser(void);
+/* MOEFT_RESTORE_AT=init, for a launch on stream while launches are
+ * watched: 1 when it is the pools' initialiser, after which
+ * resume_after(stream) must enqueue the copies.  A launch recorded into a
+ * graph never is: copies enqueued behind it would join the graph and
+ * overwrite the pools at every replay.  (Pools zeroed by a memset, no
+ * launch, meet their first launch in a capture so; the copies then go
+ * ahead of the first step.) */
+int resume_initialiser(void *stream);
 void resume_after(void *stream);
 
 /* A stream starts a step (t: the clock's tick): the copies go ahead of it

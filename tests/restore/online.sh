@@ -6,7 +6,9 @@
 # from starting (status 1, the chunk named); a log with nothing committed
 # starts it fresh, and so does one whose format was interrupted, while one
 # with data that is no log is refused.  And when the restored bytes land
-# (MOEFT_RESTORE_AT).
+# (MOEFT_RESTORE_AT), also for pools zeroed by a memset in graph mode, whose
+# first launch is recorded into a graph (a copy behind it would join the
+# graph and overwrite the pools at every replay).
 #
 # Usage: online.sh MOEFT LIBMOEFT SERVE KVTOOL
 set -u
@@ -50,6 +52,15 @@ for at in init step; do
 		fail "restore at step: the pool was restored before the first step ($got)" ;;
 	esac
 done
+
+args="--mode=graph --kv-init=memset --steps=40"
+MOEFT_WAL="$dir/m.wal" LD_PRELOAD="$lib" "$serve" $args --journal="$dir/j.m" >/dev/null ||
+	fail "the memset run failed"
+"$serve" $args >"$dir/m.plain"
+"$moeft" restore --wal "$dir/m.wal" --preload "$lib" -- "$serve" $args --journal="$dir/j.m" \
+	>"$dir/m.out" 2>"$dir/m.err" || fail "restore of the memset run: $(cat "$dir/m.err")"
+cmp -s "$dir/m.out" "$dir/m.plain" ||
+	fail "restore of the memset run: $(cat "$dir/m.out"), want $(cat "$dir/m.plain")"
 
 # other: NAME WANT-LINE SERVE-ARGS...: the restore must stop the command.
 # Each case gets a copy of the crashed process's log and journal.
