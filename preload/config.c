@@ -20,6 +20,7 @@
 
 #include "config.h"
 #include "decimal.h"
+#include "logname.h"
 #include "media.h"
 #include "profile.h"
 #include "wal.h"
@@ -138,13 +139,6 @@ static const char *fmt_bytes(uint64_t v, char *buf, size_t len)
 
 /* ---- the default log path ---------------------------------------------- */
 
-static void sanitize(char *s)
-{
-	for (; *s; s++)
-		if (!isalnum((unsigned char)*s) && *s != '.' && *s != '_' && *s != '-')
-			*s = '_';
-}
-
 /* Login name of uid from /etc/passwd, or "" when it is not listed there. */
 static void passwd_name(uid_t uid, char *out, size_t len)
 {
@@ -174,40 +168,41 @@ static void passwd_name(uid_t uid, char *out, size_t len)
 
 static void default_wal_path(char *out, size_t len)
 {
-	char user[64], name[64] = "";
+	char user[64], name[64];
 	uid_t uid = geteuid();
-	FILE *f;
 
 	passwd_name(uid, user, sizeof user);
 	if (!user[0])
 		snprintf(user, sizeof user, "%u", (unsigned)uid);
-	if ((f = fopen("/proc/self/comm", "re"))) {
-		if (fgets(name, sizeof name, f))
-			name[strcspn(name, "\n")] = '\0';
-		fclose(f);
-	}
-	if (!name[0])
-		snprintf(name, sizeof name, "unknown");
-	sanitize(user);
-	sanitize(name);
+	logname_clean(user);
+	logname_role(name, sizeof name);
 	snprintf(out, len, "/dev/shm/moeft-%s-%s.wal", user, name);
 }
 
 /* ---- one function per variable ----------------------------------------- */
 
+/* A directory (a path ending in '/', or one that is a directory now)
+ * holds a log per process (logname.h); anything else is the log. */
 static int load_wal(struct moeft_config *c, const char *v, char *err, size_t errlen)
 {
 	size_t n = strlen(v);
+	struct stat st;
+	int dir;
 
 	if (v[0] != '/')
 		return bad(err, errlen, "MOEFT_WAL", v,
 			   "must be an absolute path (a server started elsewhere must log to the same place)");
-	if (v[n - 1] == '/')
-		return bad(err, errlen, "MOEFT_WAL", v, "must name a file, not a directory");
+	dir = v[n - 1] == '/' || (stat(v, &st) == 0 && S_ISDIR(st.st_mode));
+	while (n > 1 && v[n - 1] == '/')
+		n--;
+	if (dir && n == 1)
+		return bad(err, errlen, "MOEFT_WAL", v, "must not be the root directory");
 	if (n >= sizeof c->wal_path)
 		return bad(err, errlen, "MOEFT_WAL", v, "longer than %zu bytes",
 			   sizeof c->wal_path - 1);
-	memcpy(c->wal_path, v, n + 1);
+	memcpy(c->wal_path, v, n);
+	c->wal_path[n] = '\0';
+	c->wal_dir = dir;
 	return 0;
 }
 

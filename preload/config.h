@@ -27,7 +27,8 @@ struct kv_selector {
 };
 
 struct moeft_config {
-	char wal_path[PATH_MAX];
+	char wal_path[PATH_MAX];        /* the log, or with wal_dir its directory */
+	int wal_dir;                    /* MOEFT_WAL names a directory (logname.h) */
 	char restore_plan[PATH_MAX];    /* MOEFT_RESTORE ("" if unset) */
 	uint64_t wal_size;
 	int numa_node;                  /* -1: no binding */

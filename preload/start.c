@@ -18,6 +18,7 @@
 #include "dispatch.h"
 #include "kernels.h"
 #include "kvstore.h"
+#include "logname.h"
 #include "msg.h"
 #include "pools.h"
 #include "resume.h"
@@ -98,6 +99,16 @@ static void open_kv_store(void)
 	}
 }
 
+/* MOEFT_WAL names a directory: this process's log in it (logname.h). */
+static int log_in_dir(char *err, size_t errlen)
+{
+	char device[64];
+
+	if (shim_dev_name(device, sizeof device) < 0)
+		snprintf(device, sizeof device, "nodev");
+	return logname_in_dir(pl.cfg.wal_path, sizeof pl.cfg.wal_path, device, err, errlen);
+}
+
 static void summary(void);
 
 static void drop_tables(void)
@@ -136,6 +147,11 @@ int preload_start(void)
 	if (dispatch_init(&pl.prof, pl.cfg.kv_count > 0) < 0 || allocs_init(AT_MAX) < 0) {
 		drop_tables();
 		give_up("out of memory for the allocation and kernel tables");
+		return 0;
+	}
+	if (pl.cfg.wal_dir && log_in_dir(err, sizeof err) < 0) {
+		drop_tables();
+		give_up("MOEFT_WAL: %s", err);
 		return 0;
 	}
 	wal_options_init(&opt);

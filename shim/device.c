@@ -7,6 +7,7 @@
  * and which images hold them is the caller's: the shim loads the first
  * image the driver takes.
  */
+#include <limits.h>
 #include <stdio.h>
 
 #include "hooks.h"
@@ -221,6 +222,26 @@ int shim_dev_copy_to_device(uint64_t dev, const void *src, size_t len, void *str
 	if (!REAL(copy, cuMemcpyHtoDAsync_v2))
 		return CUDA_ERROR_NOT_FOUND;
 	return copy(dev, src, len, (CUstream)stream);
+}
+
+int shim_dev_name(char *out, size_t len)
+{
+	__typeof__(&cuCtxGetDevice) ctx_device;
+	__typeof__(&cudaGetDevice) rt_device;
+	__typeof__(&cuDeviceGet) get;
+	__typeof__(&cuDeviceGetPCIBusId) bus;
+	CUdevice dev;
+	int ordinal;
+
+	if (!(REAL(ctx_device, cuCtxGetDevice) && ctx_device(&dev) == CUDA_SUCCESS) &&
+	    !(REAL(rt_device, cudaGetDevice) && rt_device(&ordinal) == cudaSuccess &&
+	      REAL(get, cuDeviceGet) && get(&dev, ordinal) == CUDA_SUCCESS))
+		return -1;
+	if (len > 1 && len <= INT_MAX && REAL(bus, cuDeviceGetPCIBusId) &&
+	    bus(out, (int)len, dev) == CUDA_SUCCESS)
+		return 0;
+	snprintf(out, len, "dev%d", (int)dev);
+	return 0;
 }
 
 void shim_dev_bind_thread(void)

@@ -155,6 +155,12 @@ int shim_dev_copy_to_device(uint64_t dev, const void *src, size_t len, void *str
 /* 1 when stream is being captured into a graph, 0 when not, -1 when the
  * driver cannot tell. */
 int shim_dev_capturing(void *stream);
+/* The device the calling thread works on (its current context's, else
+ * the runtime's current device) as a name that stays the same across
+ * restarts: its PCI bus id ("0000:3b:00.0", whatever ordinal
+ * CUDA_VISIBLE_DEVICES gives it), else "dev" and its ordinal.  0, or -1
+ * when the driver cannot tell. */
+int shim_dev_name(char *out, size_t len);
 /* Make the calling thread, one of moeft's own, a device thread: the
  * context of shim_dev_load current in it, and its capture mode relaxed for
  * good, so that its event queries never invalidate a graph the application

@@ -228,31 +228,11 @@ static int open_out(struct restore *rs)
 {
 	struct wal_error err;
 	struct dirent *e;
-	struct stat log, *in, st;
+	struct stat log, *in;
 	DIR *d;
-	int fd, tmp, saved, foreign = 0, ret = 0;
-	char parent[PATH_MAX];
+	int fd, tmp, foreign = 0, ret = 0;
 
-	/* DIR itself is made, never its parents: a typo makes no tree */
-	if (mkdir(rs->out, 0700) < 0 && errno != EEXIST) {
-		if (errno == ENOENT)
-			return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: no such "
-					"directory: %s (moeft makes DIR, not its parents)",
-					rs->out, cli_parent(parent, sizeof parent, rs->out));
-		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: cannot create it: %s",
-				rs->out, strerror(errno));
-	}
-	if ((rs->dir = open(rs->out, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
-		saved = errno;
-		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
-				!lstat(rs->out, &st) && S_ISLNK(st.st_mode) ?
-				"a symbolic link; refusing to follow it" :
-				saved == ENOTDIR ? "not a directory" : strerror(saved));
-	}
-	if (fstat(rs->dir, &st) < 0)
-		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
-				strerror(errno));
-	if (media_trust(rs->out, &st, &err) < 0)
+	if ((rs->dir = media_open_dir(rs->out, 1, &err)) < 0)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s", err.msg);
 	/* One restore at a time writes a directory; the lock goes with the
 	 * descriptor (at exit, or with the restored CMD: bring_back). */

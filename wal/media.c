@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -147,6 +148,38 @@ int media_trust(const char *path, const struct stat *st, struct wal_error *err)
 static int link_refused(const char *path, struct wal_error *err)
 {
 	return wal_fail(err, WAL_EUNSAFE, "%s: a symbolic link; refusing to follow it", path);
+}
+
+int media_open_dir(const char *path, int create, struct wal_error *err)
+{
+	char parent[PATH_MAX];
+	struct stat st;
+	int fd, r;
+
+	if (create && mkdir(path, 0700) < 0 && errno != EEXIST) {
+		if (errno != ENOENT)
+			return wal_fail(err, WAL_EIO, "%s: cannot create it: %s", path,
+					strerror(errno));
+		snprintf(parent, sizeof parent, "%s", path);
+		return wal_fail(err, WAL_EIO, "%s: no such directory: %s (moeft makes the "
+				"directory, not its parents)", path, dirname(parent));
+	}
+	if ((fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+		r = errno;
+		if (!lstat(path, &st) && S_ISLNK(st.st_mode))
+			return link_refused(path, err);
+		return wal_fail(err, WAL_EIO, "%s: %s", path,
+				r == ENOTDIR ? "not a directory" : strerror(r));
+	}
+	if (fstat(fd, &st) < 0)
+		r = wal_fail(err, WAL_EIO, "%s: %s", path, strerror(errno));
+	else
+		r = media_trust(path, &st, err);
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	return fd;
 }
 
 /* The directory of path, open, and the name in it. */

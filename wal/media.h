@@ -73,6 +73,13 @@ int media_open_init(struct media *m, const char *path, int mode, uint64_t size,
  * status st: owned by this process's user and not writable by group or
  * others.  0, or WAL_EUNSAFE with err naming path and the reason. */
 int media_trust(const char *path, const struct stat *st, struct wal_error *err);
+
+/* The directory at path, open (O_RDONLY, close-on-exec), made with mode
+ * 0700 when missing and create is set (the last component only: a typo
+ * makes no tree).  A link, a non-directory, or one media_trust refuses is
+ * refused.  The descriptor, or a negative wal_status with err naming path:
+ * WAL_EUNSAFE for what media_trust or a link refuses, WAL_EIO else. */
+int media_open_dir(const char *path, int create, struct wal_error *err);
 void media_close(struct media *m);
 
 /* A reader's hold on the medium at path against writers (the lock

@@ -124,8 +124,8 @@ static const struct vcase {
 	  "MOEFT_WAL='serve.wal': must be an absolute path (a server started elsewhere must log to the same place)" },
 	{ "MOEFT_WAL", "./serve.wal", -1, F_NONE, 0,
 	  "MOEFT_WAL='./serve.wal': must be an absolute path (a server started elsewhere must log to the same place)" },
-	{ "MOEFT_WAL", "/dev/shm/", -1, F_NONE, 0,
-	  "MOEFT_WAL='/dev/shm/': must name a file, not a directory" },
+	{ "MOEFT_WAL", "/", -1, F_NONE, 0, "MOEFT_WAL='/': must not be the root directory" },
+	{ "MOEFT_WAL", "//", -1, F_NONE, 0, "MOEFT_WAL='//': must not be the root directory" },
 	/* MOEFT_WAL_SIZE */
 	{ "MOEFT_WAL_SIZE", "1G", 0, F_SIZE, GiB, NULL },
 	{ "MOEFT_WAL_SIZE", "1g", 0, F_SIZE, GiB, NULL },
@@ -317,7 +317,34 @@ static void test_variables(void)
 			CU_ASSERT_STRING_EQUAL(c.kv_rules, "");
 			CU_ASSERT_EQUAL(c.log_level, WAL_LOG_WARN);
 			CU_ASSERT_EQUAL(c.wal_path[0], '/');
+			CU_ASSERT_EQUAL(c.wal_dir, 0);
 		}
+	}
+}
+
+/* MOEFT_WAL naming a directory: a trailing '/', or a directory there now
+ * (logname.h names the log in it at the start). */
+static void test_wal_directory(void)
+{
+	static const struct {
+		const char *value, *path;
+		int dir;
+	} dirs[] = {
+		{ "/dev/shm/serve.wal", "/dev/shm/serve.wal", 0 },
+		{ "/nonexistent/logs/", "/nonexistent/logs", 1 },
+		{ "/nonexistent/logs//", "/nonexistent/logs", 1 },
+		{ "/nonexistent/logs", "/nonexistent/logs", 0 },
+		{ "/tmp", "/tmp", 1 },
+		{ "/tmp/", "/tmp", 1 },
+	};
+	struct moeft_config c;
+	char err[256];
+	size_t i;
+
+	for (i = 0; i < NELEM(dirs); i++) {
+		CU_ASSERT_EQUAL(load1(&c, "MOEFT_WAL", dirs[i].value, err, sizeof err), 0);
+		CU_ASSERT_STRING_EQUAL(c.wal_path, dirs[i].path);
+		CU_ASSERT_EQUAL(c.wal_dir, dirs[i].dir);
 	}
 }
 
@@ -550,6 +577,7 @@ static CU_TestInfo default_tests[] = {
 
 static CU_TestInfo var_tests[] = {
 	{ "each variable: good and bad values", test_variables },
+	{ "MOEFT_WAL naming a directory", test_wal_directory },
 	{ "MOEFT_WAL length, MOEFT_NUMA_NODE on this machine", test_wal_too_long_and_numa },
 	{ "MOEFT_KV selectors and limits", test_kv_selectors },
 	{ "MOEFT_PROFILE file with a syntax error", test_profile_file },

@@ -51,7 +51,7 @@ done
 said 2 "moeft restore: --out: the path is empty" restore --wal "$dir/L" --out ''
 
 # --out A/B/C: DIR is made, its parents are not
-said 2 "moeft restore: --out $dir/a/b/c: no such directory: $dir/a/b (moeft makes DIR, \
+said 2 "moeft restore: --out $dir/a/b/c: no such directory: $dir/a/b (moeft makes the directory, \
 not its parents)" restore --wal "$dir/L" --out "$dir/a/b/c"
 [ ! -e "$dir/a" ] || fail "restore --out a/b/c made a"
 "$moeft" restore --wal "$dir/L" --out "$dir/a" 2>"$dir/stderr" ||

@@ -1,0 +1,34 @@
+/*
+ * logname.h - this process's log when MOEFT_WAL names a directory.
+ *
+ * A server is several processes (an API server, a scheduler, a worker per
+ * GPU) that all inherit MOEFT_WAL.  Each keeps its own log in the
+ * directory, named by what the process is and the device it works on:
+ * ROLE.DEVICE.wal.  A pid would change with every restart; these do not,
+ * so the processes of a restarted server find their own logs again, and
+ * two workers of one server never share one.  The file is made at the
+ * preload's start (the first CUDA call it records), so a process that
+ * records nothing creates nothing.
+ */
+#ifndef MOEFT_LOGNAME_H
+#define MOEFT_LOGNAME_H
+
+#include <stddef.h>
+
+/* s with every byte but [A-Za-z0-9._-] made '_': fit for a file name. */
+void logname_clean(char *s);
+
+/* The process's name as the kernel knows it (/proc/self/comm, which a
+ * process title sets), cleaned; "unknown" when there is none. */
+void logname_role(char *out, size_t len);
+
+/*
+ * path holds a directory: make it (mode 0700, when missing; not its
+ * parents) or check it (refused when a link, another user's, or writable
+ * by group or others), then make path that of this process's log in it:
+ * DIR/ROLE.DEVICE.wal with device as shim_dev_name gives it ("nodev" when
+ * the driver cannot tell), cleaned.  0, or -1 with one line in err.
+ */
+int logname_in_dir(char *path, size_t len, const char *device, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,97 @@
+#!/bin/sh
+# logdir.sh - MOEFT_WAL naming a directory: each process of a server keeps
+# its own log there, named by what it is and the device it works on
+# (preload/logname.h), so two programs never share one and a restarted one
+# finds its own; a process that records nothing makes nothing; a hostile
+# directory is refused with one line (the program runs un-instrumented);
+# `moeft verify --wal DIR` checks each log, then the sum.
+#
+# Usage: logdir.sh LIBMOEFT SERVE MOEFT
+set -u
+
+lib=$1 serve=$2 moeft=$3
+dir=$(mktemp -d)
+export MOEFT_WAL_SIZE=16M
+trap 'chmod -R u+w "$dir"; rm -rf "$dir"' EXIT
+# The fixture's one device sits at PCI bus id 0000:3b:00.0.
+dev=0000_3b_00.0
+
+fail() {
+	echo "capture logdir.sh: $*" >&2
+	exit 1
+}
+
+# run NAME ARGS...: serve under the name NAME (its process name, comm).
+run() {
+	name=$1
+	shift
+	[ -x "$dir/$name" ] || cp "$serve" "$dir/$name"
+	LD_PRELOAD="$lib" "$dir/$name" "$@"
+}
+
+want=$("$serve" --steps=40)
+
+# A process that makes no CUDA call makes nothing, not even the directory.
+MOEFT_WAL="$dir/logs/" LD_PRELOAD="$lib" true || fail "true failed under the preload"
+[ ! -e "$dir/logs" ] || fail "a process that recorded nothing made $dir/logs"
+
+# Two programs: two logs, each the program's, in a directory made 0700.
+got=$(MOEFT_WAL="$dir/logs/" run alpha --steps=40 2>"$dir/err") || fail "alpha: $(cat "$dir/err")"
+[ "$got" = "$want" ] || fail "alpha under the preload printed $got"
+[ ! -s "$dir/err" ] || fail "alpha said: $(cat "$dir/err")"
+MOEFT_WAL="$dir/logs" run beta --steps=40 >/dev/null 2>"$dir/err" || fail "beta: $(cat "$dir/err")"
+[ "$(stat -c %a "$dir/logs")" = 700 ] || fail "logs/ has mode $(stat -c %a "$dir/logs")"
+[ "$(cd "$dir/logs" && ls | tr '\n' ' ')" = \
+  "alpha.$dev.wal alpha.$dev.wal.kv beta.$dev.wal beta.$dev.wal.kv " ] ||
+	fail "logs/ holds: $(ls "$dir/logs")"
+
+# A restart finds its own log again: a second epoch in alpha's, none in beta's.
+MOEFT_WAL="$dir/logs/" run alpha --steps=40 >/dev/null 2>&1 || fail "alpha again failed"
+"$moeft" inspect --wal "$dir/logs/alpha.$dev.wal" --json >"$dir/a.json" || fail "inspect alpha"
+grep -q '"epochs":\[{"epoch":1,.*},{"epoch":2,' "$dir/a.json" ||
+	fail "alpha's log after a restart: $(cat "$dir/a.json")"
+"$moeft" inspect --wal "$dir/logs/beta.$dev.wal" --json >"$dir/b.json" || fail "inspect beta"
+grep -q '"epoch":2' "$dir/b.json" && fail "beta's log has a second epoch"
+
+# verify --wal DIR: each log, then the sum.
+"$moeft" verify --wal "$dir/logs" >"$dir/v.txt" || fail "verify DIR: $(cat "$dir/v.txt")"
+[ "$(grep -c '^result  *OK: the committed part is intact$' "$dir/v.txt")" = 2 ] ||
+	fail "verify DIR: $(cat "$dir/v.txt")"
+grep -q "^logs  *2 in $dir/logs$" "$dir/v.txt" || fail "verify DIR: no sum: $(cat "$dir/v.txt")"
+grep -q "^result  *OK: every log's committed part is intact$" "$dir/v.txt" ||
+	fail "verify DIR: $(cat "$dir/v.txt")"
+"$moeft" verify --wal "$dir/logs/" --json >"$dir/v.json" || fail "verify DIR --json"
+grep -q "^{\"dir\":\"$dir/logs/\",\"logs\":\[{\"status\":\"ok\",\"path\":\"$dir/logs/alpha.$dev.wal\",.*},{\"status\":\"ok\",\"path\":\"$dir/logs/beta.$dev.wal\",.*}\],\"status\":\"ok\"}$" \
+	"$dir/v.json" || fail "verify DIR --json: $(cat "$dir/v.json")"
+# A damaged member: the worst status, and the sum says which.
+printf 'not a log' >"$dir/logs/gamma.$dev.wal"
+"$moeft" verify --wal "$dir/logs" >"$dir/v.txt" 2>"$dir/v.err"
+[ $? = 2 ] || fail "verify DIR with a foreign file: status not 2"
+grep -q "^result  *0 of 3 logs damaged, 1 that cannot be read$" "$dir/v.txt" ||
+	fail "verify DIR with a foreign file: $(cat "$dir/v.txt")"
+grep -q "gamma.$dev.wal" "$dir/v.err" || fail "verify DIR did not name gamma: $(cat "$dir/v.err")"
+rm "$dir/logs/gamma.$dev.wal"
+mkdir "$dir/empty"
+"$moeft" verify --wal "$dir/empty" 2>"$dir/v.err"
+[ $? = 2 ] && grep -q "empty: a directory with no moeft log in it" "$dir/v.err" ||
+	fail "verify of an empty directory: $(cat "$dir/v.err")"
+
+# Hostile or missing directories: one line, no log, the program's output.
+refused() {
+	what=$1 wal=$2 line=$3
+	got=$(MOEFT_WAL="$wal" run alpha --steps=40 2>"$dir/err") || fail "$what: alpha failed"
+	[ "$got" = "$want" ] || fail "$what: alpha printed $got"
+	[ "$(cat "$dir/err")" = "moeft: MOEFT_WAL: $line; running un-instrumented" ] ||
+		fail "$what: said $(cat "$dir/err")"
+}
+mkdir -m 0777 "$dir/open"
+chmod 0777 "$dir/open"
+refused "a directory others may write" "$dir/open/" \
+	"$dir/open: writable by group or others (mode 0777); refusing to use it: others could read or change it"
+[ -z "$(ls "$dir/open")" ] || fail "a log was made in a directory others may write"
+ln -s logs "$dir/link"
+refused "a link" "$dir/link/" "$dir/link: a symbolic link; refusing to follow it"
+refused "a missing parent" "$dir/no/such/" \
+	"$dir/no/such: no such directory: $dir/no (moeft makes the directory, not its parents)"
+[ ! -e "$dir/no" ] || fail "a missing parent was made"
+echo "capture logdir.sh: two programs two logs, a restart its own, nothing for no CUDA, verify of the set, hostile directories: ok"
