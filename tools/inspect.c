@@ -12,6 +12,7 @@
  * one a crash handler closed early, with a part of a window's routing.
  */
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -20,6 +21,7 @@
 #include "heatmap.h"
 #include "hist.h"
 #include "json.h"
+#include "logset.h"
 #include "record.h"
 #include "report.h"
 
@@ -416,37 +418,35 @@ static void records_json(const struct report *rp, struct json *j)
 }
 
 static void inspect_json(const struct report *rp, const struct scan *s, int records,
-			 const char *heatmap)
+			 const char *heatmap, struct json *j)
 {
 	const struct wal_recovery *rec = rp->rec;
-	struct json j;
 	char id[24];
 
-	json_init(&j, stdout);
-	json_obj_begin(&j);
-	report_json(rp, &j);
-	json_kv_u64(&j, "version", rec->version);
+	json_obj_begin(j);
+	report_json(rp, j);
+	json_kv_u64(j, "version", rec->version);
 	snprintf(id, sizeof id, "0x%016" PRIx64, rec->log_id);
-	json_kv_str(&j, "log_id", id);
-	json_kv_u64(&j, "size", rec->size);
-	json_kv_u64(&j, "capacity", rec->capacity);
-	json_kv_u64(&j, "data_offset", rec->data_off);
-	json_key(&j, "checkpoint");
-	json_obj_begin(&j);
-	json_kv_u64(&j, "generation", rec->ckpt_gen);
-	json_kv_u64(&j, "tail_pos", rec->tail_pos);
-	json_kv_u64(&j, "tail_lsn", rec->tail_lsn);
-	json_kv_u64(&j, "tail_window", rec->tail_window);
-	json_obj_end(&j);
-	epochs_json(s, &j);
-	types_json(rec, &j);
-	json_kv_u64(&j, "undecodable", s->undecodable);
-	experts_json(&s->hist, &j);
+	json_kv_str(j, "log_id", id);
+	json_kv_u64(j, "size", rec->size);
+	json_kv_u64(j, "capacity", rec->capacity);
+	json_kv_u64(j, "data_offset", rec->data_off);
+	json_key(j, "checkpoint");
+	json_obj_begin(j);
+	json_kv_u64(j, "generation", rec->ckpt_gen);
+	json_kv_u64(j, "tail_pos", rec->tail_pos);
+	json_kv_u64(j, "tail_lsn", rec->tail_lsn);
+	json_kv_u64(j, "tail_window", rec->tail_window);
+	json_obj_end(j);
+	epochs_json(s, j);
+	types_json(rec, j);
+	json_kv_u64(j, "undecodable", s->undecodable);
+	experts_json(&s->hist, j);
 	if (heatmap)
-		json_kv_str(&j, "heatmap", heatmap);
+		json_kv_str(j, "heatmap", heatmap);
 	if (records)
-		records_json(rp, &j);
-	json_obj_end(&j);
+		records_json(rp, j);
+	json_obj_end(j);
 }
 
 /* --heatmap FILE: EXIT_OK, or the exit status of the failure reported. */
@@ -465,6 +465,44 @@ static int write_heatmap(const struct cli_command *cmd, int json, const struct r
 	return EXIT_OK;
 }
 
+/*
+ * One log: its text, or its JSON object into j.  Damage is shown, not an
+ * exit status: only a log that cannot be recovered at all fails, said on
+ * stderr (in a directory's JSON as the log's own {"status":"error"}).
+ * Returns the log's exit status.
+ */
+static int inspect_one(const struct cli_command *cmd, const char *path, int records,
+		       const char *heatmap, int in_set, struct json *j)
+{
+	struct wal_error err = { 0 };
+	struct report rp;
+	struct scan s;
+	int ret;
+
+	if ((ret = report_load(&rp, path, &err)) < 0) {
+		if (!in_set || !j)
+			return cli_fail(cmd, j != NULL, report_load_exit(ret), "%s", err.msg);
+		fprintf(stderr, "moeft %s: %s\n", cmd->name, err.msg);
+		json_obj_begin(j);
+		json_kv_str(j, "status", "error");
+		json_kv_str(j, "path", path);
+		json_kv_str(j, "error", err.msg);
+		json_obj_end(j);
+		return report_load_exit(ret);
+	}
+	if (scan(&rp, &s) < 0)
+		ret = cli_fail(cmd, j != NULL, EXIT_USAGE, "out of memory");
+	else
+		ret = heatmap ? write_heatmap(cmd, j != NULL, &rp, &s, heatmap) : EXIT_OK;
+	if (ret == EXIT_OK && j)
+		inspect_json(&rp, &s, records, heatmap, j);
+	else if (ret == EXIT_OK)
+		inspect_text(&rp, &s, records, heatmap);
+	scan_free(&s);
+	report_free(&rp);
+	return ret;
+}
+
 static int inspect(const struct cli_command *cmd, int argc, char **argv)
 {
 	enum { OPT_HEATMAP = 256 }; /* no short form */
@@ -477,13 +515,13 @@ static int inspect(const struct cli_command *cmd, int argc, char **argv)
 		{ NULL, 0, NULL, 0 }
 	};
 	struct cli_opts o = { .cmd = cmd };
-	struct report rp;
-	struct scan s;
-	struct wal_error err = { 0 };
 	const char *path = NULL, *heatmap = NULL;
+	struct logset set;
 	struct stat log;
-	char msg[512];
-	int c, ret, records = 0;
+	struct json j;
+	char msg[PATH_MAX + 128];
+	int c, r, ret, records = 0;
+	size_t i;
 
 	while ((c = cli_getopt(&o, argc, argv, opts)) != -1) {
 		switch (c) {
@@ -505,21 +543,34 @@ static int inspect(const struct cli_command *cmd, int argc, char **argv)
 	if (heatmap && heatmap_check_path(heatmap, stat(path, &log) == 0 ? &log : NULL, msg,
 					  sizeof msg) < 0)
 		return cli_fail(cmd, o.json, EXIT_USAGE, "%s", msg);
-
-	/* Damage is shown, not an exit status: only a log that cannot be
-	 * recovered at all fails. */
-	if ((ret = report_load(&rp, path, &err)) < 0)
-		return cli_fail(cmd, o.json, report_load_exit(ret), "%s", err.msg);
-	if (scan(&rp, &s) < 0)
-		ret = cli_fail(cmd, o.json, EXIT_USAGE, "out of memory");
-	else
-		ret = heatmap ? write_heatmap(cmd, o.json, &rp, &s, heatmap) : EXIT_OK;
-	if (ret == EXIT_OK && o.json)
-		inspect_json(&rp, &s, records, heatmap);
-	else if (ret == EXIT_OK)
-		inspect_text(&rp, &s, records, heatmap);
-	scan_free(&s);
-	report_free(&rp);
+	if (logset_open(&set, path, msg, sizeof msg) < 0)
+		return cli_fail(cmd, o.json, EXIT_USAGE, "%s", msg);
+	if (set.dir && heatmap) {
+		ret = cli_fail(cmd, o.json, EXIT_USAGE, "--heatmap draws one log; %s is a "
+			       "directory of %zu", path, set.n);
+		logset_free(&set);
+		return ret;
+	}
+	if (o.json) {
+		json_init(&j, stdout);
+		if (set.dir) {
+			json_obj_begin(&j);
+			json_kv_str(&j, "dir", path);
+			json_key(&j, "logs");
+			json_arr_begin(&j);
+		}
+	}
+	for (i = 0; i < set.n; i++) {
+		if (set.dir && !o.json)
+			printf("%s", i ? "\n" : "");
+		r = inspect_one(cmd, set.paths[i], records, heatmap, set.dir, o.json ? &j : NULL);
+		ret = r > ret ? r : ret;
+	}
+	if (o.json && set.dir) {
+		json_arr_end(&j);
+		json_obj_end(&j);
+	}
+	logset_free(&set);
 	return ret;
 }
 
@@ -532,9 +583,10 @@ const struct cli_command cmd_inspect = {
 	"Recover the log at PATH read-only and show its superblock, checkpoint,\n"
 	"writer epochs, committed windows, records per type, the dropped\n"
 	"uncommitted tail, any damage, and per layer the experts most used in\n"
-	"the decode windows.\n"
+	"the decode windows.  A directory (MOEFT_WAL naming one: a log per\n"
+	"process) has each of its logs (*.wal) shown.\n"
 	"\n"
-	"  -w, --wal PATH       the log file or device-DAX node\n"
+	"  -w, --wal PATH       the log file or device-DAX node, or a directory of logs\n"
 	"  -j, --json           print one JSON object instead of text\n"
 	"  -r, --records        also list every committed record with a decoded summary\n"
 	"      --heatmap FILE   also draw expert usage as an SVG picture: a cell per\n"
@@ -545,6 +597,6 @@ const struct cli_command cmd_inspect = {
 	"Exit status: 0 (also when damage is shown), 1 a moeft log too damaged to\n"
 	"recover (no superblock or checkpoint copy), or --heatmap and no routing\n"
 	"to draw, 2 usage or I/O error (also FILE not writable), or not a moeft\n"
-	"log.\n",
+	"log; for a directory, the worst of its logs'.\n",
 	.run = inspect,
 };

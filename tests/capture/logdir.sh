@@ -4,7 +4,8 @@
 # (preload/logname.h), so two programs never share one and a restarted one
 # finds its own; a process that records nothing makes nothing; a hostile
 # directory is refused with one line (the program runs un-instrumented);
-# `moeft verify --wal DIR` checks each log, then the sum.
+# `moeft verify --wal DIR` checks each log, then the sum; `moeft inspect
+# --wal DIR` shows each.
 #
 # Usage: logdir.sh LIBMOEFT SERVE MOEFT
 set -u
@@ -63,6 +64,19 @@ grep -q "^result  *OK: every log's committed part is intact$" "$dir/v.txt" ||
 "$moeft" verify --wal "$dir/logs/" --json >"$dir/v.json" || fail "verify DIR --json"
 grep -q "^{\"dir\":\"$dir/logs/\",\"logs\":\[{\"status\":\"ok\",\"path\":\"$dir/logs/alpha.$dev.wal\",.*},{\"status\":\"ok\",\"path\":\"$dir/logs/beta.$dev.wal\",.*}\],\"status\":\"ok\"}$" \
 	"$dir/v.json" || fail "verify DIR --json: $(cat "$dir/v.json")"
+# inspect --wal DIR: each log; --heatmap draws one.
+"$moeft" inspect --wal "$dir/logs" >"$dir/i.txt" || fail "inspect DIR"
+[ "$(grep '^log ' "$dir/i.txt" | tr -s ' ' | tr '\n' ' ')" = \
+  "log $dir/logs/alpha.$dev.wal log $dir/logs/beta.$dev.wal " ] ||
+	fail "inspect DIR: $(cat "$dir/i.txt")"
+"$moeft" inspect --wal "$dir/logs" --json >"$dir/i.json" || fail "inspect DIR --json"
+grep -q "^{\"dir\":\"$dir/logs\",\"logs\":\[{\"status\":\"ok\",\"path\":\"$dir/logs/alpha.$dev.wal\",.*\"epochs\":\[{\"epoch\":1,.*},{\"status\":\"ok\",\"path\":\"$dir/logs/beta.$dev.wal\",.*}\]}$" \
+	"$dir/i.json" || fail "inspect DIR --json: $(cat "$dir/i.json")"
+"$moeft" inspect --wal "$dir/logs" --heatmap "$dir/h.svg" 2>"$dir/i.err"
+[ $? = 2 ] && [ ! -e "$dir/h.svg" ] &&
+	grep -q -- "--heatmap draws one log; $dir/logs is a directory of 2" "$dir/i.err" ||
+	fail "inspect DIR --heatmap: $(cat "$dir/i.err")"
+
 # A damaged member: the worst status, and the sum says which.
 printf 'not a log' >"$dir/logs/gamma.$dev.wal"
 "$moeft" verify --wal "$dir/logs" >"$dir/v.txt" 2>"$dir/v.err"
@@ -94,4 +108,4 @@ refused "a link" "$dir/link/" "$dir/link: a symbolic link; refusing to follow it
 refused "a missing parent" "$dir/no/such/" \
 	"$dir/no/such: no such directory: $dir/no (moeft makes the directory, not its parents)"
 [ ! -e "$dir/no" ] || fail "a missing parent was made"
-echo "capture logdir.sh: two programs two logs, a restart its own, nothing for no CUDA, verify of the set, hostile directories: ok"
+echo "capture logdir.sh: two programs two logs, a restart its own, nothing for no CUDA, verify and inspect of the set, hostile directories: ok"
