@@ -545,6 +545,10 @@ static int inspect(const struct cli_command *cmd, int argc, char **argv)
 		return cli_fail(cmd, o.json, EXIT_USAGE, "%s", msg);
 	if (logset_open(&set, path, msg, sizeof msg) < 0)
 		return cli_fail(cmd, o.json, EXIT_USAGE, "%s", msg);
+	if (logset_need_one(&set, path, msg, sizeof msg) < 0) {
+		logset_free(&set);
+		return cli_fail(cmd, o.json, EXIT_USAGE, "%s", msg);
+	}
 	if (set.dir && heatmap) {
 		ret = cli_fail(cmd, o.json, EXIT_USAGE, "--heatmap draws one log; %s is a "
 			       "directory of %zu", path, set.n);

@@ -59,11 +59,6 @@ static int read_dir(struct logset *s, const char *path, char *err, size_t errlen
 			r = -1;
 		}
 	closedir(d);
-	if (!r && !s->n) {
-		snprintf(err, errlen, "%s: a directory with no moeft log in it (no file named "
-			 "*.wal)", path);
-		r = -1;
-	}
 	if (!r)
 		qsort(s->paths, s->n, sizeof *s->paths, by_name);
 	return r;
@@ -98,6 +93,15 @@ int logset_open(struct logset *s, const char *path, char *err, size_t errlen)
 	}
 	free(dir);
 	return 0;
+}
+
+int logset_need_one(const struct logset *s, const char *path, char *err, size_t errlen)
+{
+	if (s->n)
+		return 0;
+	snprintf(err, errlen, "%s: a directory with no moeft log in it (no file named *.wal)",
+		 path);
+	return -1;
 }
 
 void logset_free(struct logset *s)

@@ -15,9 +15,13 @@ struct logset {
 };
 
 /* The logs at path: a directory's regular files named *.wal (links and
- * the rest are not logs of it).  0, or -1 with one line in err (a
- * directory that cannot be read, or holds no log). */
+ * the rest are not logs of it; there may be none).  0, or -1 with one
+ * line in err (a directory that cannot be read). */
 int logset_open(struct logset *s, const char *path, char *err, size_t errlen);
+
+/* For the commands that need a log: 0, or -1 with err saying that the
+ * directory at path holds none. */
+int logset_need_one(const struct logset *s, const char *path, char *err, size_t errlen);
 void logset_free(struct logset *s);
 
 #endif

@@ -31,6 +31,7 @@
 #include "crc32c.h"
 #include "guard.h"
 #include "json.h"
+#include "logset.h"
 #include "launch.h"
 #include "media.h"
 #include "plan.h"
@@ -1034,6 +1035,41 @@ static int bring_back(struct restore *rs, const char *preload, int fresh /* 1: a
 			strerror(errno));
 }
 
+static void restore_free(struct restore *rs);
+
+/*
+ * --wal DIR offline: each log of the directory (logset.h) into OUT/NAME,
+ * NAME its file name less ".wal", one summary each; the worst status.  A
+ * log that cannot be restored does not keep the others from it.
+ */
+static int run_set(const struct restore *proto, const struct logset *set)
+{
+	char out[PATH_MAX];
+	struct wal_error err;
+	int fd, ret = EXIT_OK, r;
+
+	if ((fd = media_open_dir(proto->out, 1, &err)) < 0)
+		return cli_fail(proto->cmd, proto->json, EXIT_USAGE, "--out %s", err.msg);
+	close(fd);
+	for (size_t i = 0; i < set->n; i++) {
+		struct restore rs = *proto;
+		const char *name = strrchr(set->paths[i], '/') + 1;
+
+		if (snprintf(out, sizeof out, "%s/%.*s", proto->out, (int)(strlen(name) - 4),
+			     name) >= (int)sizeof out) {
+			r = cli_fail(rs.cmd, rs.json, EXIT_USAGE, "--out %s/%s: path too long",
+				     proto->out, name);
+		} else {
+			rs.wal = set->paths[i];
+			rs.out = out;
+			r = run(&rs);
+			restore_free(&rs);
+		}
+		ret = r > ret ? r : ret;
+	}
+	return ret;
+}
+
 static void restore_free(struct restore *rs)
 {
 	for (unsigned i = 0; rs->img && i < rs->s.npools; i++)
@@ -1076,8 +1112,9 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 	struct cli_opts o = { .cmd = cmd };
 	struct restore rs = { .cmd = cmd, .dir = -1, .hold = -1,
 			      .lock = PTHREAD_MUTEX_INITIALIZER };
-	char preload[PATH_MAX], out[PATH_MAX], msg[PATH_MAX + 128];
+	char preload[PATH_MAX], out[PATH_MAX], wal[PATH_MAX], msg[PATH_MAX + 128];
 	const char *lib = NULL;
+	struct logset set;
 	struct stat st;
 	int c, ret, fresh = 0;
 
@@ -1116,6 +1153,33 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 	if ((ret = cli_parse_done(&o)))
 		return ret;
 	rs.json = o.json;
+	if (logset_open(&set, rs.wal, msg, sizeof msg) < 0)
+		return cli_fail(cmd, rs.json, EXIT_USAGE, "--wal %s", msg);
+	if (set.dir && !rs.cmdv) {
+		ret = logset_need_one(&set, rs.wal, msg, sizeof msg) < 0 ?
+		      cli_fail(cmd, rs.json, EXIT_USAGE, "--wal %s", msg) : run_set(&rs, &set);
+		logset_free(&set);
+		return ret;
+	}
+	if (set.dir && set.n > 1) {
+		ret = cli_fail(cmd, rs.json, EXIT_USAGE, "--wal %s: %zu logs, one per process of a "
+			       "server; restoring such a server online needs each process to take "
+			       "its own state, which moeft cannot do yet: restore them offline "
+			       "(--out DIR), or name one log", rs.wal, set.n);
+		logset_free(&set);
+		return ret;
+	}
+	/* A directory of one log is that log; of none, nothing to restore:
+	 * CMD starts fresh, each of its processes making its log there. */
+	if (set.dir && set.n) {
+		snprintf(wal, sizeof wal, "%s", set.paths[0]);
+		rs.wal = wal;
+	} else if (set.dir) {
+		fprintf(stderr, "moeft restore: %s holds no log: nothing to restore, starting %s "
+			"fresh\n", rs.wal, rs.cmdv[0]);
+		fresh = 2;
+	}
+	logset_free(&set);
 	if (stat(rs.wal, &st) < 0) {
 		if (errno != ENOENT || !rs.cmdv)
 			return cli_fail(cmd, rs.json, EXIT_USAGE, "--wal %s: %s", rs.wal,

@@ -142,6 +142,10 @@ static int verify(const struct cli_command *cmd, int argc, char **argv)
 		return ret;
 	if (logset_open(&set, path, msg, sizeof msg) < 0)
 		return cli_fail(cmd, o.json, EXIT_USAGE, "%s", msg);
+	if (logset_need_one(&set, path, msg, sizeof msg) < 0) {
+		logset_free(&set);
+		return cli_fail(cmd, o.json, EXIT_USAGE, "%s", msg);
+	}
 	if (set.dir) {
 		ret = verify_set(cmd, &set, path, o.json);
 		logset_free(&set);

@@ -5,7 +5,8 @@
 # finds its own; a process that records nothing makes nothing; a hostile
 # directory is refused with one line (the program runs un-instrumented);
 # `moeft verify --wal DIR` checks each log, then the sum; `moeft inspect
-# --wal DIR` shows each.
+# --wal DIR` shows each; `moeft restore --wal DIR` restores each offline,
+# and online a directory of one log (several are refused for now).
 #
 # Usage: logdir.sh LIBMOEFT SERVE MOEFT
 set -u
@@ -90,6 +91,38 @@ mkdir "$dir/empty"
 [ $? = 2 ] && grep -q "empty: a directory with no moeft log in it" "$dir/v.err" ||
 	fail "verify of an empty directory: $(cat "$dir/v.err")"
 
+# restore --wal DIR --out OUT: each log into OUT/NAME.
+"$moeft" restore --wal "$dir/logs" --out "$dir/out" 2>"$dir/r.err" ||
+	fail "restore DIR offline: $(cat "$dir/r.err")"
+[ "$(cd "$dir/out" && ls | tr '\n' ' ')" = "alpha.$dev beta.$dev " ] ||
+	fail "restore DIR offline wrote: $(ls "$dir/out")"
+for n in alpha beta; do
+	grep -q '"resume_step":32,' "$dir/out/$n.$dev/manifest.json" ||
+		fail "restore DIR offline: $n: $(cat "$dir/out/$n.$dev/manifest.json")"
+done
+# Online, a directory of several logs is refused (each process would need
+# its own state); of one log, that log is restored; of none, CMD starts
+# fresh and logs there.
+"$moeft" restore --wal "$dir/logs" --preload "$lib" -- "$serve" --steps=40 >"$dir/r.out" \
+	2>"$dir/r.err"
+[ $? = 2 ] && [ ! -s "$dir/r.out" ] &&
+	grep -q "^moeft restore: --wal $dir/logs: 2 logs, one per process of a server; restoring such a server online" \
+		"$dir/r.err" || fail "restore of 2 logs online: $(cat "$dir/r.err")"
+mkdir -m 0700 "$dir/one"
+cp "$dir/alpha" "$dir/one/alpha"
+MOEFT_WAL="$dir/one/" LD_PRELOAD="$lib" "$dir/one/alpha" --steps=40 --journal="$dir/j1" \
+	>/dev/null || fail "alpha into one/ failed"
+got=$("$moeft" restore --wal "$dir/one" --preload "$lib" -- "$dir/one/alpha" --steps=40 \
+	--journal="$dir/j1" 2>"$dir/r.err") || fail "restore of one log online: $(cat "$dir/r.err")"
+[ "$got" = "$want" ] && grep -q "resume at step 32" "$dir/r.err" ||
+	fail "restore of one log online: $got $(cat "$dir/r.err")"
+mkdir -m 0700 "$dir/none"
+got=$("$moeft" restore --wal "$dir/none" --preload "$lib" -- "$dir/one/alpha" --steps=40 \
+	2>"$dir/r.err") || fail "restore of no log online: $(cat "$dir/r.err")"
+[ "$got" = "$want" ] && [ -f "$dir/none/alpha.$dev.wal" ] &&
+	grep -q "^moeft restore: $dir/none holds no log: nothing to restore, starting" "$dir/r.err" ||
+	fail "restore of no log online: $got $(cat "$dir/r.err")"
+
 # Hostile or missing directories: one line, no log, the program's output.
 refused() {
 	what=$1 wal=$2 line=$3
@@ -108,4 +141,4 @@ refused "a link" "$dir/link/" "$dir/link: a symbolic link; refusing to follow it
 refused "a missing parent" "$dir/no/such/" \
 	"$dir/no/such: no such directory: $dir/no (moeft makes the directory, not its parents)"
 [ ! -e "$dir/no" ] || fail "a missing parent was made"
-echo "capture logdir.sh: two programs two logs, a restart its own, nothing for no CUDA, verify and inspect of the set, hostile directories: ok"
+echo "capture logdir.sh: two programs two logs, a restart its own, nothing for no CUDA, verify, inspect and restore of the set, hostile directories: ok"
