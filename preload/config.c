@@ -166,17 +166,19 @@ static void passwd_name(uid_t uid, char *out, size_t len)
 	fclose(f);
 }
 
-static void default_wal_path(char *out, size_t len)
+/* A directory per user, a log per process in it (logname.h): processes
+ * of one name on other devices, or of other names, never share a log. */
+static void default_wal_dir(struct moeft_config *c)
 {
-	char user[64], name[64];
+	char user[64];
 	uid_t uid = geteuid();
 
 	passwd_name(uid, user, sizeof user);
 	if (!user[0])
 		snprintf(user, sizeof user, "%u", (unsigned)uid);
 	logname_clean(user);
-	logname_role(name, sizeof name);
-	snprintf(out, len, "/dev/shm/moeft-%s-%s.wal", user, name);
+	snprintf(c->wal_path, sizeof c->wal_path, "/dev/shm/moeft-%s", user);
+	c->wal_dir = 1;
 }
 
 /* ---- one function per variable ----------------------------------------- */
@@ -454,7 +456,7 @@ int config_load(struct moeft_config *c, const char *(*get)(const char *name),
 	const char *v;
 
 	memset(c, 0, sizeof *c);
-	default_wal_path(c->wal_path, sizeof c->wal_path);
+	default_wal_dir(c);
 	c->wal_size = WAL_SIZE_DEFAULT;
 	c->numa_node = -1;
 	c->window = WINDOW_DEFAULT;

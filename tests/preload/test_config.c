@@ -66,12 +66,14 @@ static void test_defaults(void)
 	env_clear();
 	CU_ASSERT_EQUAL_FATAL(config_load(&c, env_get, err, sizeof err), 0);
 	CU_ASSERT_STRING_EQUAL(err, "");
-	/* The login name (from /etc/passwd) or the uid, then the process name. */
-	snprintf(by_name, sizeof by_name, "/dev/shm/moeft-%s-test_config.wal", pw ? pw->pw_name : "?");
-	snprintf(by_uid, sizeof by_uid, "/dev/shm/moeft-%u-test_config.wal", (unsigned)geteuid());
+	/* A directory named by the login name (from /etc/passwd) or the uid:
+	 * a log per process in it (logname.h). */
+	snprintf(by_name, sizeof by_name, "/dev/shm/moeft-%s", pw ? pw->pw_name : "?");
+	snprintf(by_uid, sizeof by_uid, "/dev/shm/moeft-%u", (unsigned)geteuid());
 	if (strcmp(c.wal_path, by_name) != 0 && strcmp(c.wal_path, by_uid) != 0)
 		fprintf(stderr, "\ndefault wal path: %s\n", c.wal_path);
 	CU_ASSERT(strcmp(c.wal_path, by_name) == 0 || strcmp(c.wal_path, by_uid) == 0);
+	CU_ASSERT_EQUAL(c.wal_dir, 1);
 	CU_ASSERT_EQUAL(c.wal_size, GiB);
 	CU_ASSERT_EQUAL(c.numa_node, -1);
 	CU_ASSERT_EQUAL(c.window, 16);
@@ -317,7 +319,7 @@ static void test_variables(void)
 			CU_ASSERT_STRING_EQUAL(c.kv_rules, "");
 			CU_ASSERT_EQUAL(c.log_level, WAL_LOG_WARN);
 			CU_ASSERT_EQUAL(c.wal_path[0], '/');
-			CU_ASSERT_EQUAL(c.wal_dir, 0);
+			CU_ASSERT_EQUAL(c.wal_dir, 1);
 		}
 	}
 }
