@@ -229,14 +229,22 @@ int cli_parse_done(struct cli_opts *o)
 	return o->err[0] ? fail(o->cmd, o->json, EXIT_USAGE, 1, o->err) : 0;
 }
 
-void cli_default_path(char *buf, size_t len, const char *name)
+void cli_default_dir(char *buf, size_t len)
 {
 	const struct passwd *pw = getpwuid(geteuid());
 
 	if (pw && pw->pw_name && *pw->pw_name && !strchr(pw->pw_name, '/'))
-		snprintf(buf, len, "/dev/shm/moeft-%s-%s.wal", pw->pw_name, name);
+		snprintf(buf, len, "/dev/shm/moeft-%s", pw->pw_name);
 	else
-		snprintf(buf, len, "/dev/shm/moeft-%u-%s.wal", (unsigned)geteuid(), name);
+		snprintf(buf, len, "/dev/shm/moeft-%u", (unsigned)geteuid());
+}
+
+void cli_default_path(char *buf, size_t len, const char *name)
+{
+	char dir[PATH_MAX];
+
+	cli_default_dir(dir, sizeof dir);
+	snprintf(buf, len, "%s-%s.wal", dir, name);
 }
 
 int cli_fresh_path(const char *path, char *msg, size_t len)

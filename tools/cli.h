@@ -25,7 +25,8 @@ struct cli_command {
 	int (*run)(const struct cli_command *cmd, int argc, char **argv);
 };
 
-extern const struct cli_command cmd_verify, cmd_inspect, cmd_restore, cmd_demo, cmd_bench;
+extern const struct cli_command cmd_verify, cmd_inspect, cmd_restore, cmd_ls, cmd_demo,
+	cmd_bench;
 
 /* The tools' environment, read once by cli_env_load(). */
 struct cli_env {
@@ -86,6 +87,9 @@ int cli_fail(const struct cli_command *cmd, int json, int code, const char *fmt,
 
 /* /dev/shm/moeft-<user>-<name>.wal */
 void cli_default_path(char *buf, size_t len, const char *name);
+
+/* /dev/shm/moeft-<user>: the preload's default directory of logs. */
+void cli_default_dir(char *buf, size_t len);
 
 /*
  * May a fresh log (or KV store) be made at `path`?  Never over data: it

@@ -6,7 +6,8 @@
 # directory is refused with one line (the program runs un-instrumented);
 # `moeft verify --wal DIR` checks each log, then the sum; `moeft inspect
 # --wal DIR` shows each; `moeft restore --wal DIR` restores each offline,
-# and online a directory of one log (several are refused for now).
+# and online a directory of one log (several are refused for now); `moeft
+# ls DIR` lists each log's writer, how it ended, and what it holds.
 #
 # Usage: logdir.sh LIBMOEFT SERVE MOEFT
 set -u
@@ -123,6 +124,35 @@ got=$("$moeft" restore --wal "$dir/none" --preload "$lib" -- "$dir/one/alpha" --
 	grep -q "^moeft restore: $dir/none holds no log: nothing to restore, starting" "$dir/r.err" ||
 	fail "restore of no log online: $got $(cat "$dir/r.err")"
 
+# ls: each log's writer, how it ended, what a restore brings back.  A live
+# writer, one killed by SIGSEGV (its crash handler's record), one ended.
+mkdir -m 0700 "$dir/ls"
+cp "$dir/alpha" "$dir/ls/alpha"
+cp "$dir/alpha" "$dir/ls/beta"
+MOEFT_WAL="$dir/ls/" LD_PRELOAD="$lib" "$dir/ls/alpha" --steps=40 >/dev/null ||
+	fail "alpha into ls/ failed"
+MOEFT_WAL="$dir/ls/" LD_PRELOAD="$lib" "$dir/ls/beta" --steps=100000 \
+	--journal="$dir/ls.j" >/dev/null 2>&1 &
+pid=$!
+n=0
+while [ "$(cat "$dir/ls.j" 2>/dev/null | grep -c .)" -lt 40 ] && [ $n -lt 2000 ]; do
+	sleep 0.01
+	n=$((n + 1))
+done
+"$moeft" ls --json "$dir/ls" >"$dir/ls.json" || fail "ls: $(cat "$dir/ls.json")"
+grep -q "^{\"logs\":\[{\"path\":\"$dir/ls/alpha.$dev.wal\",\"status\":\"ended\",\"epoch\":1,\"pid\":[0-9]*,\"started_ns\":[0-9]*,\"restorable\":true,\"window\":[0-9]*,\"first_step\":16,\"last_step\":31,\"resume_step\":32},{\"path\":\"$dir/ls/beta.$dev.wal\",\"status\":\"live\",\"epoch\":1,\"pid\":$pid,.*\"restorable\":true,.*}\]}$" \
+	"$dir/ls.json" || fail "ls with a live writer: $(cat "$dir/ls.json")"
+kill -SEGV $pid
+wait $pid
+"$moeft" ls "$dir/ls" >"$dir/ls.txt" || fail "ls: $(cat "$dir/ls.txt")"
+grep -q "^    no writer; epoch 1, pid $pid, started .*; crashed (signal 11); restorable: window [0-9]*, steps [0-9]*-[0-9]*, resume at step [0-9]*$" \
+	"$dir/ls.txt" || fail "ls after a crash: $(cat "$dir/ls.txt")"
+grep -q "^    no writer; epoch 1, pid [0-9]*, started .*; ended (an exit or a kill: the log cannot tell); restorable: window [0-9]*, steps 16-31, resume at step 32$" \
+	"$dir/ls.txt" || fail "ls of an ended run: $(cat "$dir/ls.txt")"
+"$moeft" ls "$dir/ls" "$dir/nonexistent" >/dev/null 2>"$dir/ls.err"
+[ $? = 2 ] && grep -q "^moeft ls: $dir/nonexistent: No such file or directory$" "$dir/ls.err" ||
+	fail "ls of a missing directory: $(cat "$dir/ls.err")"
+
 # Hostile or missing directories: one line, no log, the program's output.
 refused() {
 	what=$1 wal=$2 line=$3
@@ -141,4 +171,4 @@ refused "a link" "$dir/link/" "$dir/link: a symbolic link; refusing to follow it
 refused "a missing parent" "$dir/no/such/" \
 	"$dir/no/such: no such directory: $dir/no (moeft makes the directory, not its parents)"
 [ ! -e "$dir/no" ] || fail "a missing parent was made"
-echo "capture logdir.sh: two programs two logs, a restart its own, nothing for no CUDA, verify, inspect and restore of the set, hostile directories: ok"
+echo "capture logdir.sh: two programs two logs, a restart its own, nothing for no CUDA, verify, inspect, restore and ls of the set, hostile directories: ok"
