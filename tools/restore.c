@@ -31,6 +31,7 @@
 #include "crc32c.h"
 #include "guard.h"
 #include "json.h"
+#include "logname.h"
 #include "logset.h"
 #include "launch.h"
 #include "media.h"
@@ -1038,6 +1039,55 @@ static int bring_back(struct restore *rs, const char *preload, int fresh /* 1: a
 static void restore_free(struct restore *rs);
 
 /*
+ * No --wal: CMD's own log in the preload's default directory, ROLE.DEVICE.wal
+ * with ROLE the name CMD's process starts with (logname.h).  One found is
+ * rs->wal; with none, rs->wal is the directory and *fresh 2 (nothing to
+ * restore: CMD starts fresh and logs in it); several (one per device) are
+ * refused.  0, or the exit status of the failure reported.
+ */
+static int own_log(struct restore *rs, char *wal, size_t len, int *fresh)
+{
+	char dir[PATH_MAX], role[64], msg[PATH_MAX + 128];
+	size_t i, found = 0, n;
+	struct logset set;
+
+	cli_default_dir(dir, sizeof dir);
+	snprintf(wal, len, "%s", dir);
+	rs->wal = wal;
+	logname_role_of(rs->cmdv[0], role, sizeof role);
+	if (access(dir, F_OK) < 0)
+		goto none;
+	if (logset_open(&set, dir, msg, sizeof msg) < 0)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s", msg);
+	n = strlen(role);
+	for (i = 0; i < set.n; i++) {
+		const char *name = strrchr(set.paths[i], '/') + 1;
+
+		if (!strncmp(name, role, n) && name[n] == '.' && found++ == 0)
+			snprintf(wal, len, "%s", set.paths[i]);
+	}
+	logset_free(&set);
+	if (found > 1)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%zu logs of %s (%s.*.wal, one per "
+				"device) in %s: name the one to restore with --wal", found, role, role,
+				dir);
+	if (strlen(wal) + sizeof ".restore" > PATH_MAX)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s: path too long", wal);
+	if (found) {
+		fprintf(stderr, "moeft restore: restoring %s, the log of %s\n", wal, role);
+		return 0;
+	}
+none:
+	fprintf(stderr, "moeft restore: %s holds no log of %s: nothing to restore, starting %s "
+		"fresh\n", dir, role, rs->cmdv[0]);
+	/* The slash makes it a directory for CMD's preload, made or not. */
+	if (snprintf(wal, len, "%s/", dir) >= (int)len)
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s: path too long", dir);
+	*fresh = 2;
+	return 0;
+}
+
+/*
  * --wal DIR offline: each log of the directory (logset.h) into OUT/NAME,
  * NAME its file name less ".wal", one summary each; the worst status.  A
  * log that cannot be restored does not keep the others from it.
@@ -1133,9 +1183,10 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 	else if (optind < argc)
 		cli_usage_error(&o, "unexpected argument '%s' (a command goes after \"--\")",
 				argv[optind]);
-	if (!rs.wal)
-		cli_usage_error(&o, "--wal PATH is required");
-	else
+	if (!rs.wal && !rs.cmdv)
+		cli_usage_error(&o, "--wal PATH is required (or a command after \"--\", whose own "
+				"log is then looked for)");
+	else if (rs.wal)
 		cli_path_opt(&o, "--wal", rs.wal, sizeof out - sizeof ".restore" + 1);
 	if (rs.out)
 		cli_path_opt(&o, "--out", rs.out, 0);
@@ -1153,7 +1204,11 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 	if ((ret = cli_parse_done(&o)))
 		return ret;
 	rs.json = o.json;
-	if (logset_open(&set, rs.wal, msg, sizeof msg) < 0)
+	if (!rs.wal && (ret = own_log(&rs, wal, sizeof wal, &fresh)))
+		return ret;
+	if (fresh == 2)
+		set = (struct logset){ 0 };
+	else if (logset_open(&set, rs.wal, msg, sizeof msg) < 0)
 		return cli_fail(cmd, rs.json, EXIT_USAGE, "--wal %s", msg);
 	if (set.dir && !rs.cmdv) {
 		ret = logset_need_one(&set, rs.wal, msg, sizeof msg) < 0 ?
@@ -1180,7 +1235,7 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 		fresh = 2;
 	}
 	logset_free(&set);
-	if (stat(rs.wal, &st) < 0) {
+	if (fresh != 2 && stat(rs.wal, &st) < 0) {
 		if (errno != ENOENT || !rs.cmdv)
 			return cli_fail(cmd, rs.json, EXIT_USAGE, "--wal %s: %s", rs.wal,
 					strerror(errno));
@@ -1204,7 +1259,7 @@ const struct cli_command cmd_restore = {
 	.summary = "write the state of the last committed decode window into a directory",
 	.usage =
 	"Usage: moeft restore --wal PATH --out DIR [--json]\n"
-	"       moeft restore --wal PATH [--out DIR] [--preload LIB] [--force-fresh]\n"
+	"       moeft restore [--wal PATH] [--out DIR] [--preload LIB] [--force-fresh]\n"
 	"                     [--json] -- CMD [ARGS...]\n"
 	"\n"
 	"Read the log at PATH and its KV store (PATH.kv) and write the state of the\n"
@@ -1228,7 +1283,10 @@ const struct cli_command cmd_restore = {
 	"no moeft preload library, or an environment the preload would refuse\n"
 	"(MOEFT_DISABLE=1, a bad MOEFT_* value).\n"
 	"\n"
-	"  -w, --wal PATH   the log file or device-DAX node\n"
+	"  -w, --wal PATH   the log file or device-DAX node, or a directory of logs\n"
+	"                   (each into DIR/NAME offline; online, one); without it,\n"
+	"                   online: CMD's own log in the preload's directory\n"
+	"                   (/dev/shm/moeft-<user>/NAME.DEVICE.wal, NAME CMD's file name)\n"
 	"  -o, --out DIR    the directory to write\n"
 	"  -p, --preload LIB  libmoeft.so for CMD (default: the one beside moeft)\n"
 	"  -f, --force-fresh  start CMD on the log without restoring anything\n"

@@ -124,6 +124,32 @@ got=$("$moeft" restore --wal "$dir/none" --preload "$lib" -- "$dir/one/alpha" --
 	grep -q "^moeft restore: $dir/none holds no log: nothing to restore, starting" "$dir/r.err" ||
 	fail "restore of no log online: $got $(cat "$dir/r.err")"
 
+# restore -- CMD without --wal: CMD's own log in the preload's default
+# directory (a name of this test's own, removed after).
+own=rsown$$
+cp "$dir/alpha" "$dir/$own"
+def=/dev/shm/moeft-$(id -un | tr -c 'A-Za-z0-9._\n-' _)
+rm -rf "$def/$own".*
+env -u MOEFT_WAL LD_PRELOAD="$lib" "$dir/$own" --steps=40 --journal="$dir/own.j" >/dev/null ||
+	fail "$own under the default directory failed"
+[ -f "$def/$own.$dev.wal" ] || fail "no $def/$own.$dev.wal: $(ls "$def")"
+got=$(env -u MOEFT_WAL "$moeft" restore --preload "$lib" -- "$dir/$own" --steps=40 \
+	--journal="$dir/own.j" 2>"$dir/r.err") || fail "restore without --wal: $(cat "$dir/r.err")"
+[ "$got" = "$want" ] && grep -q "^moeft restore: restoring $def/$own.$dev.wal, the log of $own$" \
+	"$dir/r.err" && grep -q "resume at step 32" "$dir/r.err" ||
+	fail "restore without --wal: $got $(cat "$dir/r.err")"
+rm -rf "$def/$own".*
+# Another program's log there is not CMD's.
+cp "$dir/alpha" "$dir/x$own"
+env -u MOEFT_WAL LD_PRELOAD="$lib" "$dir/x$own" --steps=40 >/dev/null || fail "x$own failed"
+got=$(env -u MOEFT_WAL "$moeft" restore --preload "$lib" -- "$dir/$own" --steps=40 \
+	2>"$dir/r.err") || fail "restore without --wal, no log: $(cat "$dir/r.err")"
+rm -rf "$def/x$own".*
+[ "$got" = "$want" ] && [ -f "$def/$own.$dev.wal" ] &&
+	grep -q "^moeft restore: $def holds no log of $own: nothing to restore, starting" "$dir/r.err" ||
+	fail "restore without --wal, no log: $got $(cat "$dir/r.err")"
+rm -rf "$def/$own".*
+
 # ls: each log's writer, how it ended, what a restore brings back.  A live
 # writer, one killed by SIGSEGV (its crash handler's record), one ended.
 mkdir -m 0700 "$dir/ls"

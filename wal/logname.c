@@ -1,5 +1,5 @@
 /*
- * logname.c - this process's log in a MOEFT_WAL directory (logname.h).
+ * logname.c - the names of the logs in a directory of logs (logname.h).
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -16,6 +16,17 @@ void logname_clean(char *s)
 			*s = '_';
 }
 
+/* name as a role: "." and ".." would name no file of ours, "" none. */
+static void as_role(char *name, char *out, size_t len)
+{
+	if (!name[0] || !strcmp(name, ".") || !strcmp(name, ".."))
+		snprintf(out, len, "unknown");
+	else {
+		logname_clean(name);
+		snprintf(out, len, "%s", name);
+	}
+}
+
 void logname_role(char *out, size_t len)
 {
 	char name[64] = "";
@@ -26,11 +37,16 @@ void logname_role(char *out, size_t len)
 			name[strcspn(name, "\n")] = '\0';
 		fclose(f);
 	}
-	/* "." and ".." would name no file of ours. */
-	if (!name[0] || !strcmp(name, ".") || !strcmp(name, ".."))
-		snprintf(name, sizeof name, "unknown");
-	logname_clean(name);
-	snprintf(out, len, "%s", name);
+	as_role(name, out, len);
+}
+
+void logname_role_of(const char *exe, char *out, size_t len)
+{
+	const char *slash = strrchr(exe, '/');
+	char name[16];
+
+	snprintf(name, sizeof name, "%s", slash ? slash + 1 : exe);
+	as_role(name, out, len);
 }
 
 int logname_in_dir(char *path, size_t len, const char *device, char *err, size_t errlen)

@@ -1,5 +1,6 @@
 /*
- * logname.h - this process's log when MOEFT_WAL names a directory.
+ * logname.h - the names of the logs in a directory of logs: this
+ * process's when MOEFT_WAL names a directory, and a command's.
  *
  * A server is several processes (an API server, a scheduler, a worker per
  * GPU) that all inherit MOEFT_WAL.  Each keeps its own log in the
@@ -21,6 +22,11 @@ void logname_clean(char *s);
 /* The process's name as the kernel knows it (/proc/self/comm, which a
  * process title sets), cleaned; "unknown" when there is none. */
 void logname_role(char *out, size_t len);
+
+/* The name a process running the executable at exe starts with: its
+ * file name, cut as the kernel cuts a process name (15 bytes), cleaned.
+ * A process title may change it later. */
+void logname_role_of(const char *exe, char *out, size_t len);
 
 /*
  * path holds a directory: make it (mode 0700, when missing; not its
