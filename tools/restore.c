@@ -802,6 +802,11 @@ static void assess(struct restore *rs)
 	if (!s->kv && s->kvrefs)
 		problem(rs, "the log references %" PRIu64 " KV chunk%s, but %s.kv does not exist",
 			s->kvrefs, s->kvrefs == 1 ? "" : "s", rs->wal);
+	if (s->missing_pools)
+		problem(rs, "%u KV pool%s of epoch %" PRIu32 " live as of window %" PRIu64 " %s no "
+			"pool in the KV store (its table entry damaged or reclaimed): not restored",
+			s->missing_pools, s->missing_pools == 1 ? "" : "s", s->c->epoch, s->c->id,
+			s->missing_pools == 1 ? "has" : "have");
 }
 
 static void summary(const struct restore *rs, double seconds)
@@ -864,7 +869,7 @@ static int kv_whole(const struct restore *rs)
 	const struct state *s = &rs->s;
 
 	return !rs->lost && !(s->cs.flags & WINDOW_KV_PARTIAL) && !s->rec->damage_count &&
-	       !s->bad && (s->kv || !s->kvrefs);
+	       !s->bad && (s->kv || !s->kvrefs) && !s->missing_pools;
 }
 
 static int run(struct restore *rs)

@@ -7,7 +7,9 @@
 # Many pools: the test serving program with 96 layers, a KV pool each (a
 # 48-layer StaticCache has as many, K and V apart), is restored offline
 # with all 96 pools, their bytes the truth's after the window's last step,
-# and online to the uninterrupted run's output.
+# and online to the uninterrupted run's output.  Each pool is a chunk of
+# 64 KiB and a short one, and a window changes nearly all of them: the
+# snapshot's staging must have a table entry for every short chunk.
 #
 # Many runs on one log: 25 runs of as many models (other hidden sizes, so
 # other pools) one after the other, then the last one restored: all of its
@@ -18,7 +20,7 @@
 # before it is still the one a restore brings back, whole.
 set -u
 
-moeft=$1 lib=$2 serve=$3 tool=$4
+moeft=$(realpath "$1") lib=$(realpath "$2") serve=$(realpath "$3") tool=$(realpath "$4")
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
@@ -83,8 +85,9 @@ restored() {
 }
 
 # 96 pools, one per layer.
-run "$dir/l.wal" layers --layers=96 --steps=40
-restored "$dir/l.wal" layers 96 0 --layers=96 --steps=40
+set -- --layers=96 --seqs=16 --hidden=50 --steps=40
+run "$dir/l.wal" layers "$@"
+restored "$dir/l.wal" layers 96 0 "$@"
 
 # 25 runs on one log, each of another model; the last one restored.
 i=0
