@@ -698,31 +698,41 @@ static void manifest_json(struct json *j, const struct restore *rs)
  * command must copy in, and where from. */
 static int write_plan(struct restore *rs)
 {
-	static struct restore_plan p;
-	static char text[RESTORE_PLAN_MAX + 1];
 	const struct state *s = &rs->s;
-	char tmp[32], why[200];
-	FILE *f;
-	int n;
+	struct restore_plan p = { .log_id = s->rec->log_id, .window = s->c->id,
+				  .first_step = s->cs.first_step,
+				  .last_step = s->cs.first_step + s->cs.steps - 1,
+				  .npools = s->npools };
+	char tmp[32], why[200], *text = malloc(RESTORE_PLAN_MAX + 1);
+	FILE *f = NULL;
+	int n = -1, ret;
 
-	p = (struct restore_plan){ .log_id = s->rec->log_id, .window = s->c->id,
-				   .first_step = s->cs.first_step,
-				   .last_step = s->cs.first_step + s->cs.steps - 1,
-				   .npools = s->npools };
-	for (unsigned i = 0; i < s->npools && i < KVS_MAX_POOLS; i++) {
-		const struct kvs_pool_desc *d = &s->pool[i].info.d;
+	if (text && (p.pools = calloc(s->npools ? s->npools : 1, sizeof *p.pools))) {
+		for (unsigned i = 0; i < s->npools; i++) {
+			const struct kvs_pool_desc *d = &s->pool[i].info.d;
 
-		p.pools[i] = (struct restore_pool){ .no = s->pool[i].no, .ordinal = d->ordinal,
-						    .fingerprint = d->fingerprint, .size = d->size,
-						    .chunk_bytes = d->chunk_bytes };
-		snprintf(p.pools[i].file, sizeof p.pools[i].file, "%s", rs->img[i].file);
+			p.pools[i] = (struct restore_pool){ .no = s->pool[i].no,
+							    .ordinal = d->ordinal,
+							    .fingerprint = d->fingerprint,
+							    .size = d->size,
+							    .chunk_bytes = d->chunk_bytes };
+			snprintf(p.pools[i].file, sizeof p.pools[i].file, "%s", rs->img[i].file);
+		}
+		n = restore_plan_format(&p, text, RESTORE_PLAN_MAX + 1, why, sizeof why);
+	} else {
+		snprintf(why, sizeof why, "out of memory");
 	}
-	if ((n = restore_plan_format(&p, text, sizeof text, why, sizeof why)) < 0)
-		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s/%s: %s", rs->out, PLAN, why);
-	if (!(f = tmp_open(rs, PLAN, tmp, sizeof tmp)))
-		return io_fail(rs, tmp, errno);
-	fwrite(text, 1, (size_t)n, f);
-	return tmp_commit(rs, f, tmp, PLAN, 0);
+	if (n < 0) {
+		ret = cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s/%s: %s", rs->out, PLAN, why);
+	} else if (!(f = tmp_open(rs, PLAN, tmp, sizeof tmp))) {
+		ret = io_fail(rs, tmp, errno);
+	} else {
+		fwrite(text, 1, (size_t)n, f);
+		ret = tmp_commit(rs, f, tmp, PLAN, 0);
+	}
+	free(p.pools);
+	free(text);
+	return ret;
 }
 
 static int write_manifest(struct restore *rs)
