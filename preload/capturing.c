@@ -16,6 +16,7 @@
 #include "capturing.h"
 #include "clock.h"
 #include "kernels.h"
+#include "kvstore.h"
 #include "msg.h"
 #include "pools.h"
 #include "resume.h"
@@ -100,6 +101,25 @@ static int drain(void)
 	return -1;
 }
 
+/*
+ * Once this process has committed a decode window of its own, a restore
+ * takes its windows and no earlier process's, so the KV pools of earlier
+ * processes it did not ask for can go (wal/FORMAT.md, "Reclaim"); never
+ * before.  Done once, by the consumer, off the application's threads.
+ */
+static void reclaim_once(int *done)
+{
+	struct wa_stats st;
+
+	if (*done || !cap.set.kvs)
+		return;
+	wa_stats(cap.wa, &st);
+	if (!st.windows)
+		return;
+	*done = 1;
+	kvs_reclaim(cap.set.kvs);
+}
+
 /* While a boundary is in flight the consumer polls this much faster: the
  * window commits sooner (the steps lost to a crash are the window plus
  * those decoded before its commit), and the next boundary finds the
@@ -110,7 +130,7 @@ static void *consumer(void *arg)
 {
 	const struct timespec idle = { 0, CAP_POLL_NS },
 			      busy = { 0, CAP_POLL_NS / CAP_POLL_BUSY_DIVISOR };
-	int r;
+	int r, reclaimed = 0;
 
 	shim_dev_bind_thread();	/* for its event queries */
 	while (!atomic_load_explicit(&cap.stop, memory_order_acquire)) {
@@ -125,6 +145,7 @@ static void *consumer(void *arg)
 		pthread_mutex_unlock(&cap.drain_lock);
 		if (r < 0)
 			break;
+		reclaim_once(&reclaimed);
 		if (resume_active())
 			resume_report();
 		nanosleep(atomic_load_explicit(snap_busy(), memory_order_relaxed) ? &busy : &idle,
@@ -173,7 +194,8 @@ static void forked(void)
 static void capture_open(void)
 {
 	struct wa_sink sink = { .wal = cap.set.wal, .kvs = cap.set.kvs, .log_lock = allocs_lock(),
-				.first_step = resume_active() ? resume_last_step() + 1 : 0 };
+				.first_step = resume_active() ? resume_last_step() + 1 : 0,
+				.untracked = pools_untracked };
 	char why[256];
 	void *host;
 	int r;

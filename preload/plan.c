@@ -4,11 +4,14 @@
  * The plan is written by moeft restore, but to the preload it is still an
  * input from outside the process: every line is checked, and a bad one is
  * named.  The writer checks what it wrote with the same parser, so the
- * rules of the format are written down once.
+ * rules of the format are written down once.  Pools that share a number
+ * or a file are found once every line is read, by a bitmap and a sort, so
+ * the cost stays O(n log n) for the largest plan.
  */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "decimal.h"
@@ -101,15 +104,33 @@ static int name(struct cursor *c, char *out)
 	return 0;
 }
 
-static int pool_line(struct cursor *c, struct restore_plan *p)
+/* One more pool, the array grown when full: NULL when out of memory. */
+static struct restore_pool *more(struct restore_plan *p, unsigned *cap)
 {
-	struct restore_pool *q = &p->pools[p->npools];
+	struct restore_pool *q;
+	unsigned want;
+
+	if (p->npools == *cap) {
+		want = *cap ? 2 * *cap : 16;
+		if (!(q = realloc(p->pools, want * sizeof *q)))
+			return NULL;
+		p->pools = q;
+		*cap = want;
+	}
+	q = &p->pools[p->npools];
+	memset(q, 0, sizeof *q);
+	return q;
+}
+
+static int pool_line(struct cursor *c, struct restore_plan *p, unsigned *cap)
+{
+	struct restore_pool *q;
 	uint64_t no, ordinal;
-	unsigned i;
 
 	if (p->npools == KVS_MAX_POOLS)
 		return fail(c, "more than %u pools", KVS_MAX_POOLS);
-	memset(q, 0, sizeof *q);
+	if (!(q = more(p, cap)))
+		return fail(c, "out of memory");
 	if (word(c, "pool") || number(c, KVS_MAX_POOLS - 1, &no, 0) ||
 	    hex64(c, &q->fingerprint, 0) || number(c, UINT64_MAX, &q->size, 0) ||
 	    number(c, UINT32_MAX, &ordinal, 0) || number(c, UINT64_MAX, &q->chunk_bytes, 0) ||
@@ -117,19 +138,54 @@ static int pool_line(struct cursor *c, struct restore_plan *p)
 		return -1;
 	if (q->size == 0 || q->chunk_bytes == 0)
 		return fail(c, "a pool has a size and a chunk size");
-	for (i = 0; i < p->npools; i++)
-		if (p->pools[i].no == no || !strcmp(p->pools[i].file, q->file))
-			return fail(c, "pool %llu or file %s given twice", (unsigned long long)no,
-				    q->file);
 	q->no = (uint32_t)no;
 	q->ordinal = (uint32_t)ordinal;
 	p->npools++;
 	return 0;
 }
 
+static int by_file(const void *x, const void *y)
+{
+	const struct restore_pool *a = *(const struct restore_pool *const *)x,
+				  *b = *(const struct restore_pool *const *)y;
+	int d = strcmp(a->file, b->file);
+
+	return d ? d : (a > b) - (a < b);
+}
+
+/* The first pool whose number or file an earlier pool has: p->npools when
+ * none, or -1 when out of memory. */
+static long first_twice(const struct restore_plan *p)
+{
+	uint8_t seen[(KVS_MAX_POOLS + 7) / 8] = { 0 };
+	const struct restore_pool **v;
+	unsigned i, first = p->npools;
+
+	for (i = 0; i < p->npools && first == p->npools; i++) {
+		if (seen[p->pools[i].no / 8] & 1u << p->pools[i].no % 8)
+			first = i;
+		seen[p->pools[i].no / 8] |= (uint8_t)(1u << p->pools[i].no % 8);
+	}
+	if (p->npools < 2)
+		return first;
+	if (!(v = malloc(p->npools * sizeof *v)))
+		return -1;
+	for (i = 0; i < p->npools; i++)
+		v[i] = &p->pools[i];
+	qsort(v, p->npools, sizeof *v, by_file);
+	/* Of two equal names the later pool sorts second. */
+	for (i = 1; i < p->npools; i++)
+		if (!strcmp(v[i - 1]->file, v[i]->file) && (unsigned)(v[i] - p->pools) < first)
+			first = (unsigned)(v[i] - p->pools);
+	free(v);
+	return first;
+}
+
 int restore_plan_parse(const char *text, struct restore_plan *p, char *err, size_t errlen)
 {
 	struct cursor c = { text, 1, err, errlen };
+	unsigned cap = 0;
+	long twice;
 
 	memset(p, 0, sizeof *p);
 	if (strncmp(c.p, "moeft-restore-plan 1\n", 21) != 0)
@@ -145,9 +201,29 @@ int restore_plan_parse(const char *text, struct restore_plan *p, char *err, size
 	if (p->last_step < p->first_step)
 		return fail(&c, "the window ends before it begins");
 	for (c.line++; *c.p; c.line++)
-		if (pool_line(&c, p) < 0)
+		if (pool_line(&c, p, &cap) < 0) {
+			restore_plan_free(p);
 			return -1;
+		}
+	if ((twice = first_twice(p)) != p->npools) {
+		const struct restore_pool *q = &p->pools[twice < 0 ? 0 : twice];
+
+		c.line = twice < 0 ? c.line - 1 : 4 + (unsigned)twice;
+		if (twice < 0)
+			fail(&c, "out of memory");
+		else
+			fail(&c, "pool %u or file %s given twice", q->no, q->file);
+		restore_plan_free(p);
+		return -1;
+	}
 	return 0;
+}
+
+void restore_plan_free(struct restore_plan *p)
+{
+	free(p->pools);
+	p->pools = NULL;
+	p->npools = 0;
 }
 
 /* Print at buf + n (nothing once full): the length the text would have. */
@@ -191,5 +267,6 @@ int restore_plan_format(const struct restore_plan *p, char *buf, size_t len, cha
 	}
 	if (restore_plan_parse(buf, &back, err, errlen) < 0)
 		return -1;
+	restore_plan_free(&back);
 	return (int)n;
 }

@@ -22,7 +22,8 @@
  * plan's directory, 1 to RESTORE_NAME_MAX - 1 bytes of [A-Za-z0-9._-],
  * not "." or ".." (so never a path).  No two pools share NO or FILE.
  * Nothing else: no blank lines, no comments.  A whole plan is at most
- * RESTORE_PLAN_MAX bytes.
+ * RESTORE_PLAN_MAX bytes: its first lines and KVS_MAX_POOLS pool lines,
+ * each at its widest.
  */
 #ifndef MOEFT_PLAN_H
 #define MOEFT_PLAN_H
@@ -32,13 +33,18 @@
 
 #include "kvstore.h"
 
-#define RESTORE_PLAN_MAX (1u << 16)   /* bytes of a plan file */
-
 /* The names moeft restore gives the plan and the manifest in its output
  * directory: restore mode hands CMD the manifest beside the plan it took. */
 #define RESTORE_PLAN_NAME "plan"
 #define RESTORE_MANIFEST_NAME "manifest.json"
 #define RESTORE_NAME_MAX 64u          /* bytes of an image's file name */
+
+/* Bytes of a plan file: the version, log and window lines at their widest
+ * (21 + 21 + 70), then KVS_MAX_POOLS pool lines at theirs: "pool", NO of 5
+ * digits, 16 hex digits, 20, 10 and 20 digits, the longest FILE, six
+ * spaces and the newline (4.7 MB). */
+#define RESTORE_POOL_LINE_MAX (4u + 5 + 16 + 20 + 10 + 20 + (RESTORE_NAME_MAX - 1) + 6 + 1)
+#define RESTORE_PLAN_MAX (112u + KVS_MAX_POOLS * RESTORE_POOL_LINE_MAX)
 
 struct restore_pool {
 	uint32_t no;                  /* the KV store's pool number */
@@ -54,12 +60,18 @@ struct restore_plan {
 	uint64_t log_id;
 	uint64_t window, first_step, last_step;
 	unsigned npools;
-	struct restore_pool pools[KVS_MAX_POOLS];
+	struct restore_pool *pools;   /* npools of them (restore_plan_free) */
 };
 
-/* Parse plan text (NUL-terminated): 0, or -1 with "line N: what is wrong"
- * in err. */
+/* Parse plan text (NUL-terminated) into p, whose pools are then allocated
+ * (an earlier plan in p must be freed first): 0, or -1 with "line N: what
+ * is wrong" in err and p empty.  A line that breaks the syntax is found
+ * before two lines that share a pool number or a file; of those, the
+ * later one is named. */
 int restore_plan_parse(const char *text, struct restore_plan *p, char *err, size_t errlen);
+
+/* Free the pools of a plan restore_plan_parse filled in; p is left empty. */
+void restore_plan_free(struct restore_plan *p);
 
 /*
  * The text of plan p into buf, NUL-terminated: its length, or -1 with err

@@ -3,6 +3,7 @@
  */
 #include <inttypes.h>
 #include <stdatomic.h>
+#include <stdio.h>
 
 #include "allocs.h"
 #include "kvsnap.h"
@@ -21,9 +22,9 @@ static struct {
 	const struct kv_selector *kv;
 	unsigned nkv;
 	unsigned seen[CONFIG_KV_MAX];   /* allocations of each selector's size */
-	/* Once the store refused a pool (full, or the file cannot grow) it is
-	 * asked no more: a KV rule hits every step, and each try would cost a
-	 * failing fallocate and the store's line again. */
+	/* Once the store refused a pool (its table full, the file cannot
+	 * grow) it is asked no more: a KV rule hits every step, and each try
+	 * would cost a failing fallocate and the store's line again. */
 	int refusing;
 	uint64_t refused[REFUSED_MAX];
 	atomic_uint nrefused;
@@ -57,7 +58,8 @@ static int was_refused(uint64_t alloc_id)
 }
 
 /* Remember and count a refused allocation; the count stops at
- * REFUSED_MAX.  Under the capture lock, as every call here. */
+ * REFUSED_MAX.  Under the capture lock, as every call here; the consumer
+ * reads the count as it commits (pools_untracked). */
 static void refuse(uint64_t alloc_id)
 {
 	unsigned n = atomic_load_explicit(&po.nrefused, memory_order_relaxed);
@@ -65,7 +67,7 @@ static void refuse(uint64_t alloc_id)
 	if (n == REFUSED_MAX)
 		return;
 	po.refused[n] = alloc_id;
-	atomic_store_explicit(&po.nrefused, n + 1, memory_order_relaxed);
+	atomic_store_explicit(&po.nrefused, n + 1, memory_order_release);
 }
 
 /* Make allocation a a KV pool tracked in chunks of `chunk` bytes: in the
@@ -74,6 +76,7 @@ static void add_pool(const struct alloc_info *a, uint64_t chunk)
 {
 	struct kvs_pool_desc d = { .fingerprint = a->fingerprint, .size = a->size,
 				   .chunk_bytes = chunk, .ordinal = a->ordinal };
+	char why[64];
 	uint32_t no;
 	int r;
 
@@ -93,9 +96,15 @@ static void add_pool(const struct alloc_info *a, uint64_t chunk)
 	if (r < 0) {
 		po.refusing = 1;
 		refuse(a->alloc_id);
+		if (r == WAL_EFULL)
+			snprintf(why, sizeof why, "the KV store's pool table is full (%u pools)",
+				 KVS_MAX_POOLS);
+		else
+			snprintf(why, sizeof why, "%s", wal_strerror(r));
 		msg_log(WAL_LOG_WARN, "KV pool of %" PRIu64 " bytes at 0x%" PRIx64 " not tracked: "
-			"%s; no more pools are tried (the exit summary counts those not tracked)",
-			a->size, a->base, r == WAL_EFULL ? "too many pools" : wal_strerror(r));
+			"%s; no more pools are tried, and every window from now on is committed "
+			"KV-partial (a restore refuses it; the exit summary counts the pools not "
+			"tracked)", a->size, a->base, why);
 	} else {
 		msg_log(WAL_LOG_DEBUG, "KV pool %u: %" PRIu64 " bytes at 0x%" PRIx64 ", chunks of %"
 			PRIu64, no, a->size, a->base, chunk);
@@ -104,7 +113,7 @@ static void add_pool(const struct alloc_info *a, uint64_t chunk)
 
 unsigned pools_untracked(void)
 {
-	return atomic_load_explicit(&po.nrefused, memory_order_relaxed);
+	return atomic_load_explicit(&po.nrefused, memory_order_acquire);
 }
 
 void pools_of_hit(const struct rule_hit *h)

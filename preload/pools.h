@@ -25,9 +25,11 @@ void pools_of_alloc(const struct alloc_info *a);
 /* A KV rule's hit: the allocations its pool pointers point into. */
 void pools_of_hit(const struct rule_hit *h);
 
-/* Allocations that would be KV pools but are not tracked, for the exit
- * summary (at most 256 counted): the store's first refusal is said once,
- * with its reason; it is asked no more, and later ones are only counted. */
+/* Allocations that would be KV pools but are not tracked (at most 256
+ * counted): the store's first refusal is said once, with its reason; it
+ * is asked no more, and later ones are only counted.  Not 0: every window
+ * committed from then on lacks their KV, and is flagged KV-partial
+ * (window.h's sink asks); the exit summary gives the count.  Any thread. */
 unsigned pools_untracked(void);
 
 #endif

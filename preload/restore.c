@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -46,14 +47,35 @@ static const void *map_image(const char *dir, const char *file, uint64_t size, c
 	return m;
 }
 
+/* The text of the plan at path, NUL-terminated, in a new buffer: NULL
+ * with err set when it cannot be read, or is too long or binary. */
+static char *read_plan(const char *path, char *err, size_t errlen)
+{
+	char *text = NULL;
+	ssize_t n = -1;
+	int fd;
+
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0 &&
+	    (text = malloc(RESTORE_PLAN_MAX + 1)))
+		n = read(fd, text, RESTORE_PLAN_MAX + 1);
+	if (fd >= 0)
+		close(fd);
+	if (n < 0 || n > RESTORE_PLAN_MAX || memchr(text, '\0', (size_t)n)) {
+		snprintf(err, errlen, "%s: %s", path, n < 0 ? strerror(text ? errno : ENOMEM)
+			 : "not a plan (too long, or binary)");
+		free(text);
+		return NULL;
+	}
+	text[n] = '\0';
+	return text;
+}
+
 int restore_plan_load(const char *path, struct restore_plan *p, char *err, size_t errlen)
 {
-	static char text[RESTORE_PLAN_MAX + 1];
-	char dir[PATH_MAX], what[200];
+	char dir[PATH_MAX], what[200], *text;
 	const char *slash = strrchr(path, '/');
-	ssize_t n = -1;
 	unsigned i;
-	int fd;
+	int ret;
 
 	if (!slash || (size_t)(slash - path) >= sizeof dir) {
 		snprintf(err, errlen, "%s: not an absolute path", path);
@@ -61,24 +83,22 @@ int restore_plan_load(const char *path, struct restore_plan *p, char *err, size_
 	}
 	memcpy(dir, path, (size_t)(slash - path));
 	dir[slash - path] = '\0';
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
-		n = read(fd, text, RESTORE_PLAN_MAX + 1);
-		close(fd);
-	}
-	if (n < 0 || n > RESTORE_PLAN_MAX || memchr(text, '\0', (size_t)n)) {
-		snprintf(err, errlen, "%s: %s", path, n < 0 ? strerror(errno)
-			 : "not a plan (too long, or binary)");
+	if (!(text = read_plan(path, err, errlen)))
 		return -1;
-	}
-	text[n] = '\0';
-	if (restore_plan_parse(text, p, what, sizeof what) < 0) {
+	ret = restore_plan_parse(text, p, what, sizeof what);
+	free(text);
+	if (ret < 0) {
 		snprintf(err, errlen, "%s: %s", path, what);
 		return -1;
 	}
 	for (i = 0; i < p->npools; i++)
 		if (!(p->pools[i].image = map_image(dir, p->pools[i].file, p->pools[i].size, err,
-						    errlen)))
+						    errlen))) {
+			while (i--)
+				munmap((void *)p->pools[i].image, p->pools[i].size);
+			restore_plan_free(p);
 			return -1;
+		}
 	return 0;
 }
 

@@ -27,8 +27,8 @@
 
 /* Read and parse the plan at path, then map each pool's image (a regular
  * file of exactly the pool's size in the plan's directory): 0, or -1 with
- * one line in err naming the file.  Mappings last as long as the process:
- * the copies read them asynchronously. */
+ * one line in err naming the file, and p empty.  Mappings last as long as
+ * the process: the copies read them asynchronously. */
 int restore_plan_load(const char *path, struct restore_plan *p, char *err, size_t errlen);
 
 /* A new allocation: claims the plan's first unclaimed pool of the same

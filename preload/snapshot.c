@@ -8,11 +8,15 @@
  * chunk there, and the host sets it to the hash of zeros at the pool's
  * first boundary, before any kernel can use it, without a copy.
  *
- * snap_drop_pool is the one call made without the caller's lock (the
- * allocation log calls it as it logs a free): it only reads the published
- * part of the pool list and clears a pool's live flag.
+ * The pool list grows as pools come (an array, reallocated under the list
+ * lock).  snap_drop_pool (the allocation log calls it as it logs a free)
+ * and snap_forget (the consumer) are made without the caller's lock, so
+ * they take the list lock; every other call is under the caller's, as
+ * snap_add_pool is, and reads the list without it.
  */
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "clock.h"
 #include "kernels.h"
@@ -38,10 +42,11 @@ static struct {
 	uint64_t refused;           /* a staging size the driver could not pin */
 	atomic_int busy;
 	atomic_int armed;           /* done is recorded for the busy boundary */
-	atomic_uint npools;         /* pools[] below it are published */
-	struct pool pools[KVS_MAX_POOLS];
+	pthread_mutex_t list;       /* pools, npools and cap, as they grow */
+	struct pool *pools;
+	unsigned npools, cap;
 	uint64_t enqueued, skipped;
-} sn;
+} sn = { .list = PTHREAD_MUTEX_INITIALIZER };
 
 static uint64_t nchunks(const struct pool *p)
 {
@@ -51,23 +56,34 @@ static uint64_t nchunks(const struct pool *p)
 int snap_add_pool(uint64_t alloc_id, uint64_t base, uint64_t size, uint64_t chunk,
 		  uint32_t pool_no)
 {
-	unsigned n = atomic_load_explicit(&sn.npools, memory_order_relaxed);
+	unsigned cap = sn.cap ? 2 * sn.cap : 16;
+	struct pool *p;
+	int ret = 0;
 
-	if (n == KVS_MAX_POOLS)
-		return WAL_EFULL;
-	sn.pools[n] = (struct pool){ .alloc_id = alloc_id, .base = base, .size = size,
-				     .chunk = chunk, .pool_no = pool_no, .live = 1 };
-	atomic_store_explicit(&sn.npools, n + 1, memory_order_release);
-	return 0;
+	pthread_mutex_lock(&sn.list);
+	if (sn.npools == sn.cap) {
+		if ((p = realloc(sn.pools, cap * sizeof *p))) {
+			sn.pools = p;
+			sn.cap = cap;
+		} else {
+			ret = WAL_ENOMEM;
+		}
+	}
+	if (!ret)
+		sn.pools[sn.npools++] = (struct pool){ .alloc_id = alloc_id, .base = base,
+						       .size = size, .chunk = chunk,
+						       .pool_no = pool_no, .live = 1 };
+	pthread_mutex_unlock(&sn.list);
+	return ret;
 }
 
 void snap_drop_pool(uint64_t alloc_id)
 {
-	unsigned n = atomic_load_explicit(&sn.npools, memory_order_acquire), i;
-
-	for (i = 0; i < n; i++)
+	pthread_mutex_lock(&sn.list);
+	for (unsigned i = 0; i < sn.npools; i++)
 		if (sn.pools[i].alloc_id == alloc_id)
 			atomic_store_explicit(&sn.pools[i].live, 0, memory_order_relaxed);
+	pthread_mutex_unlock(&sn.list);
 }
 
 int snap_has_pool(uint64_t alloc_id)
@@ -95,16 +111,18 @@ int snap_done(void)
 
 void snap_forget(void)
 {
-	unsigned n = atomic_load_explicit(&sn.npools, memory_order_acquire), i;
+	unsigned i;
 	uint64_t c;
 
-	for (i = 0; i < n; i++) {
+	pthread_mutex_lock(&sn.list);
+	for (i = 0; i < sn.npools; i++) {
 		struct pool *p = &sn.pools[i];
 
 		/* Any value but the chunk's hash will do: one's complement. */
 		for (c = 0; p->sums && c < nchunks(p); c++)
 			p->sums[c] = ~p->sums[c];
 	}
+	pthread_mutex_unlock(&sn.list);
 	atomic_store_explicit(&sn.busy, 0, memory_order_release);
 }
 
@@ -172,7 +190,7 @@ static int size_stage(char *why, size_t whylen)
 {
 	static int warned;
 	uint64_t want = sizeof(struct kv_stage), min_chunk = 0, len;
-	unsigned i;
+	unsigned i, live = 0;
 
 	for (i = 0; i < sn.npools; i++)
 		if (atomic_load(&sn.pools[i].live)) {
@@ -181,9 +199,14 @@ static int size_stage(char *why, size_t whylen)
 			want += p->size + nchunks(p) * (KVSNAP_ALIGN + sizeof(struct kv_stage_entry));
 			if (!min_chunk || p->chunk < min_chunk)
 				min_chunk = p->chunk;
+			live++;
 		}
-	/* kv_stage_init's table has 64 entries to spare. */
+	/* kv_stage_init's table has an entry per min_chunk bytes and 64 to
+	 * spare, for the pools' short last chunks; past 64 pools, a min_chunk
+	 * more for each gives it its entry. */
 	want += 64 * sizeof(struct kv_stage_entry) + KVSNAP_ALIGN;
+	if (live > 64)
+		want += (uint64_t)(live - 64) * min_chunk;
 	if (!min_chunk)
 		min_chunk = KVSNAP_MIN_CHUNK;	/* no pool yet: any table will do */
 	if (want < SNAP_STAGE_MIN)

@@ -37,7 +37,7 @@
 #define SNAP_STAGE_MIN (UINT64_C(1) << 20)
 
 /* A KV pool to snapshot: the allocation [base, base + size), in chunks of
- * chunk bytes, numbered pool_no in the KV store.  0, or WAL_EFULL. */
+ * chunk bytes, numbered pool_no in the KV store.  0, or WAL_ENOMEM. */
 int snap_add_pool(uint64_t alloc_id, uint64_t base, uint64_t size, uint64_t chunk,
 		  uint32_t pool_no);
 /* The allocation is about to be freed: never read it again. */

@@ -189,7 +189,8 @@ static uint32_t put_chunks(struct window_asm *wa, uint64_t window, uint64_t last
 	data = (const uint8_t *)s + s->data_off;
 	n = s->entries < s->max_entries ? s->entries : s->max_entries;
 	wa->staged = n;
-	if (s->overflow)
+	/* Chunks that found no room, or of a pool no snapshot reads. */
+	if (s->overflow || (wa->sink.untracked && wa->sink.untracked()))
 		wa->flags |= WINDOW_KV_PARTIAL;
 	for (i = 0; i < n; i++) {
 		struct kv_stage_entry e = t[i];

@@ -62,6 +62,9 @@ struct wa_sink {
 	struct kvs *kvs;             /* NULL: windows carry no KV */
 	pthread_mutex_t *log_lock;   /* held around every append and commit */
 	uint64_t first_step;         /* of the first window: 0, or a resumed step */
+	/* KV pools the store could not take (NULL: none ever): while not 0,
+	 * every window lacks their KV and is committed KV-partial. */
+	unsigned (*untracked)(void);
 };
 
 struct wa_stats {

@@ -680,31 +680,41 @@ static void manifest_json(struct json *j, const struct restore *rs)
  * command must copy in, and where from. */
 static int write_plan(struct restore *rs)
 {
-	static struct restore_plan p;
-	static char text[RESTORE_PLAN_MAX + 1];
 	const struct state *s = &rs->s;
-	char tmp[32], why[200];
-	FILE *f;
-	int n;
+	struct restore_plan p = { .log_id = s->rec->log_id, .window = s->c->id,
+				  .first_step = s->cs.first_step,
+				  .last_step = s->cs.first_step + s->cs.steps - 1,
+				  .npools = s->npools };
+	char tmp[32], why[200], *text = malloc(RESTORE_PLAN_MAX + 1);
+	FILE *f = NULL;
+	int n = -1, ret;
 
-	p = (struct restore_plan){ .log_id = s->rec->log_id, .window = s->c->id,
-				   .first_step = s->cs.first_step,
-				   .last_step = s->cs.first_step + s->cs.steps - 1,
-				   .npools = s->npools };
-	for (unsigned i = 0; i < s->npools && i < KVS_MAX_POOLS; i++) {
-		const struct kvs_pool_desc *d = &s->pool[i].info.d;
+	if (text && (p.pools = calloc(s->npools ? s->npools : 1, sizeof *p.pools))) {
+		for (unsigned i = 0; i < s->npools; i++) {
+			const struct kvs_pool_desc *d = &s->pool[i].info.d;
 
-		p.pools[i] = (struct restore_pool){ .no = s->pool[i].no, .ordinal = d->ordinal,
-						    .fingerprint = d->fingerprint, .size = d->size,
-						    .chunk_bytes = d->chunk_bytes };
-		snprintf(p.pools[i].file, sizeof p.pools[i].file, "%s", rs->img[i].file);
+			p.pools[i] = (struct restore_pool){ .no = s->pool[i].no,
+							    .ordinal = d->ordinal,
+							    .fingerprint = d->fingerprint,
+							    .size = d->size,
+							    .chunk_bytes = d->chunk_bytes };
+			snprintf(p.pools[i].file, sizeof p.pools[i].file, "%s", rs->img[i].file);
+		}
+		n = restore_plan_format(&p, text, RESTORE_PLAN_MAX + 1, why, sizeof why);
+	} else {
+		snprintf(why, sizeof why, "out of memory");
 	}
-	if ((n = restore_plan_format(&p, text, sizeof text, why, sizeof why)) < 0)
-		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s/%s: %s", rs->out, PLAN, why);
-	if (!(f = tmp_open(rs, PLAN, tmp, sizeof tmp)))
-		return io_fail(rs, tmp, errno);
-	fwrite(text, 1, (size_t)n, f);
-	return tmp_commit(rs, f, tmp, PLAN, 0);
+	if (n < 0) {
+		ret = cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s/%s: %s", rs->out, PLAN, why);
+	} else if (!(f = tmp_open(rs, PLAN, tmp, sizeof tmp))) {
+		ret = io_fail(rs, tmp, errno);
+	} else {
+		fwrite(text, 1, (size_t)n, f);
+		ret = tmp_commit(rs, f, tmp, PLAN, 0);
+	}
+	free(p.pools);
+	free(text);
+	return ret;
 }
 
 static int write_manifest(struct restore *rs)
@@ -784,6 +794,11 @@ static void assess(struct restore *rs)
 	if (!s->kv && s->kvrefs)
 		problem(rs, "the log references %" PRIu64 " KV chunk%s, but %s.kv does not exist",
 			s->kvrefs, s->kvrefs == 1 ? "" : "s", rs->wal);
+	if (s->missing_pools)
+		problem(rs, "%u KV pool%s of epoch %" PRIu32 " live as of window %" PRIu64 " %s no "
+			"pool in the KV store (its table entry damaged or reclaimed): not restored",
+			s->missing_pools, s->missing_pools == 1 ? "" : "s", s->c->epoch, s->c->id,
+			s->missing_pools == 1 ? "has" : "have");
 }
 
 static void summary(const struct restore *rs, double seconds)
@@ -846,7 +861,7 @@ static int kv_whole(const struct restore *rs)
 	const struct state *s = &rs->s;
 
 	return !rs->lost && !(s->cs.flags & WINDOW_KV_PARTIAL) && !s->rec->damage_count &&
-	       !s->bad && (s->kv || !s->kvrefs);
+	       !s->bad && (s->kv || !s->kvrefs) && !s->missing_pools;
 }
 
 static int run(struct restore *rs)

@@ -155,7 +155,7 @@ static int scan(struct state *s, struct scan *sc)
 		} else if ((rec.type == WAL_REC_ALLOC || rec.type == WAL_REC_FREE) &&
 			   rec.epoch == s->c->epoch) {
 			ret = add_event(s, sc, &rec);
-		} else if (rec.type == WAL_REC_KVREF) {
+		} else if (rec.type == WAL_REC_KVREF && rec.epoch == s->c->epoch) {
 			ret = add_kvref(s, sc, &rec);
 		} else if (is_routing(s, &wi, &rec)) {
 			if (rec_routing_decode(rec.payload, rec.len, &rt) < 0) {
@@ -262,8 +262,17 @@ static const struct state_alloc *live_pool(const struct state *s, const struct k
 	return NULL;
 }
 
+/* Whether a pool of the state is the allocation's. */
+static int pool_of(const struct state *s, const struct state_alloc *a)
+{
+	for (unsigned i = 0; i < s->npools; i++)
+		if (s->pool[i].alloc == a)
+			return 1;
+	return 0;
+}
+
 /* The store's pools that are part of the state, each with the newest
- * KVREFs of its chunks. */
+ * KVREFs of its chunks; a free pool number (a reclaimed pool's) is none. */
 static int pools(struct state *s, struct scan *sc)
 {
 	unsigned n = s->kv ? kvs_reader_pools(s->kv) : 0;
@@ -275,7 +284,7 @@ static int pools(struct state *s, struct scan *sc)
 		struct state_pool *p = &s->pool[s->npools];
 
 		if (kvs_reader_pool(s->kv, no, &p->info) < 0)
-			return -1;
+			continue;
 		p->no = no;
 		p->alloc = live_pool(s, &p->info.d);
 		if (!p->alloc && s->history_complete) {
@@ -294,6 +303,9 @@ static int pools(struct state *s, struct scan *sc)
 			p->ref[i] = sc->kr[first + i].ref;
 		s->npools++;
 	}
+	for (size_t i = 0; s->kv && i < s->nalloc; i++)
+		if (s->alloc[i].a.role == ALLOC_ROLE_KV_POOL && !pool_of(s, &s->alloc[i]))
+			s->missing_pools++;
 	return 0;
 }
 

@@ -15,7 +15,9 @@
  *    missing.
  *
  *  - the KV pools: the store's pools that a live KV-pool allocation of the
- *    table matches (fingerprint, size, ordinal).  A store pool outlives
+ *    table matches (fingerprint, size, ordinal); a live KV-pool allocation
+ *    that none matches is missing (its table entry damaged, or reclaimed
+ *    by a later process, whose window is then not intact).  A store pool outlives
  *    its allocation (a later process, or a later allocation of the same
  *    call site, gets the same pool back), but the snapshot of a new
  *    allocation starts from zeros and copies only the chunks that differ:
@@ -25,7 +27,9 @@
  *    kept, with nothing taken as stale.
  *
  *  - each chunk: its newest store copy of a window <= C (kvs_reader_chunk),
- *    checked against the newest KVREF record of the chunk up to C.  The
+ *    checked against the newest KVREF record of the chunk up to C in C's
+ *    epoch (a pool number of another epoch may be another pool's now: a
+ *    reclaim frees numbers).  The
  *    chunk is lost when the store says damaged, when the log references a
  *    newer copy than the store holds, when the KVREF of the copy's window
  *    disagrees with it (CRC, length), or when the copy does not fill the
@@ -89,11 +93,12 @@ struct state {
 	struct state_pool *pool;        /* by pool number */
 	unsigned npools;
 	unsigned stale_pools;           /* store pools left out: no live allocation */
+	unsigned missing_pools;         /* live KV-pool allocations with no store pool */
 	struct state_window *win;       /* oldest first; the last is C */
 	size_t nwin;
 	uint64_t routing;               /* ROUTING records of win */
 	struct hist hist;               /* their expert usage */
-	uint64_t kvrefs;                /* KVREF records up to C */
+	uint64_t kvrefs;                /* KVREF records of C's epoch up to C */
 	uint64_t bad;                   /* records up to C that cannot be used */
 };
 

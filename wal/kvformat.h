@@ -14,24 +14,29 @@
 #include "format.h"
 #include "kvstore.h"
 
-#define KVS_VERSION 1u
+#define KVS_VERSION 2u
 #define KVS_HDR_SIZE 64u           /* bytes of the header page in use */
-#define KVS_POOLS_OFF 64u          /* the pools word, on its own cache line */
 #define KVS_TABLE_OFF 4096u
 #define KVS_ENTRY_SIZE 64u
-#define KVS_META_SIZE (KVS_TABLE_OFF + KVS_MAX_POOLS * KVS_ENTRY_SIZE)
 #define KVS_REGION_ALIGN (UINT64_C(2) << 20)
+#define KVS_META_SIZE KVS_REGION_ALIGN /* the header page and the table: regions follow */
 #define KVS_SLOT_SIZE 32u          /* a chunk's two slot headers: one cache line */
 #define KVS_DATA_ALIGN 4096u       /* a region's data, after its slot headers */
 #define KVS_MIN_CHUNK 4096u
 #define KVS_MAX_CHUNK (UINT64_C(1) << 30)
 #define KVS_SLOT_FULL (UINT64_C(1) << 63) /* in every full slot's window word */
 #define KVS_MAX_WINDOW (KVS_SLOT_FULL - 2)
+/* The word of a table entry in use: "MOEFTKVP" (0: the entry is free). */
+#define KVS_ENTRY_LIVE UINT64_C(0x50564b5446454f4d)
+
+_Static_assert(KVS_TABLE_OFF + (uint64_t)KVS_MAX_POOLS * KVS_ENTRY_SIZE == KVS_META_SIZE,
+	       "the pool table fills the store's first 2 MiB");
 
 static const char KVS_MAGIC[8] = { 'M', 'O', 'E', 'F', 'T', 'K', 'V', 'S' };
 
 struct kvs_hdr {
 	uint32_t version;
+	uint32_t table;        /* pool table entries, 1 to KVS_MAX_POOLS */
 	uint64_t log_id;       /* the log this store belongs to; seeds every other CRC */
 };
 
@@ -56,15 +61,11 @@ struct kvs_slot {
 	uint32_t pool;
 };
 
-/* 0, or WAL_ENOTLOG (no magic), WAL_ECORRUPT (CRC), WAL_EVERSION (h->version
- * set).  The CRC is unseeded: it is what tells the log id. */
+/* 0, or WAL_ENOTLOG (no magic), WAL_ECORRUPT (CRC, or a table size out of
+ * range), WAL_EVERSION (h->version set).  The CRC is unseeded: it is what
+ * tells the log id. */
 void kvs_hdr_encode(uint8_t out[KVS_HDR_SIZE], const struct kvs_hdr *h);
 int kvs_hdr_decode(const uint8_t in[KVS_HDR_SIZE], struct kvs_hdr *h);
-
-/* The pools word: the number of pools (low half) and its check (high
- * half, seeded with id = log_id_crc(log_id)).  Decode: 1 valid, 0 not. */
-uint64_t kvs_pools_encode(uint32_t n, uint32_t id);
-int kvs_pools_decode(uint64_t word, uint32_t id, uint32_t *n);
 
 /* The region of pool d at off: 0, or -1 when d is no pool a store can
  * hold (chunk size, or a region past the largest file offset). */
@@ -72,8 +73,10 @@ int kvs_geometry(const struct kvs_pool_desc *d, uint64_t off, struct kvs_geom *g
 /* Where the region after g starts. */
 uint64_t kvs_next_region(const struct kvs_geom *g);
 
-/* Pool table entry pool_no.  Decode: 1 when its CRC verifies and it names
- * pool_no, else 0. */
+/* Pool table entry pool_no, in use (its word KVS_ENTRY_LIVE, which the CRC
+ * covers).  Decode: 0 when the entry is free (word 0: its other bytes mean
+ * nothing), 1 when it is in use and verifies, naming pool_no; -1 damaged (a
+ * word that is neither, a CRC that fails, another pool number). */
 void kvs_entry_encode(uint8_t out[KVS_ENTRY_SIZE], const struct kvs_pool_desc *d,
 		      uint32_t pool_no, const struct kvs_geom *g, uint32_t id);
 int kvs_entry_decode(const uint8_t in[KVS_ENTRY_SIZE], uint32_t pool_no, uint32_t id,

@@ -4,12 +4,14 @@
  *
  * The file is a header page, a pool table, then one region per pool, each
  * mapped on its own (media.c, MEDIA_PARTS): adding a pool never moves a
- * mapping, so kvs_put needs no lock against kvs_pool.  Every chunk has two
- * slots; kvs_put writes the one that does not hold the chunk's newest copy
- * of an earlier window, and publishes it with one aligned 8-byte store of
- * its window word, so a crash at any instruction leaves each slot either
- * as it was, empty, or complete.  A pool is published the same way, by the
- * pools word, after its region and table entry are durable.
+ * mapping, and the pools live in pages that never move either, so kvs_put
+ * needs no lock against kvs_pool.  Every chunk has two slots; kvs_put
+ * writes the one that does not hold the chunk's newest copy of an earlier
+ * window, and publishes it with one aligned 8-byte store of its window
+ * word, so a crash at any instruction leaves each slot either as it was,
+ * empty, or complete.  A pool is published the same way, by the word of
+ * its table entry, after its region and the rest of the entry are
+ * durable, and dropped by zeroing that word before its region goes.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -18,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "crc32c.h"
@@ -36,7 +39,7 @@ void kvs_hdr_encode(uint8_t out[KVS_HDR_SIZE], const struct kvs_hdr *h)
 	memset(out, 0, KVS_HDR_SIZE);
 	memcpy(out, KVS_MAGIC, sizeof KVS_MAGIC);
 	put32(out + 8, h->version);
-	put32(out + 12, KVS_MAX_POOLS);
+	put32(out + 12, h->table);
 	put64(out + 16, h->log_id);
 	put32(out + HDR_CRC_OFF, crc32c(0, out, HDR_CRC_OFF));
 }
@@ -48,33 +51,11 @@ int kvs_hdr_decode(const uint8_t in[KVS_HDR_SIZE], struct kvs_hdr *h)
 	if (crc32c(0, in, HDR_CRC_OFF) != get32(in + HDR_CRC_OFF))
 		return WAL_ECORRUPT;
 	h->version = get32(in + 8);
+	h->table = get32(in + 12);
 	h->log_id = get64(in + 16);
 	if (h->version != KVS_VERSION)
 		return WAL_EVERSION;
-	return get32(in + 12) == KVS_MAX_POOLS ? 0 : WAL_ECORRUPT;
-}
-
-static uint32_t pools_check(uint32_t n, uint32_t id)
-{
-	uint8_t b[4];
-
-	put32(b, n);
-	return crc32c(id, b, sizeof b);
-}
-
-uint64_t kvs_pools_encode(uint32_t n, uint32_t id)
-{
-	return (uint64_t)pools_check(n, id) << 32 | n;
-}
-
-int kvs_pools_decode(uint64_t word, uint32_t id, uint32_t *n)
-{
-	uint32_t v = (uint32_t)word;
-
-	if (word >> 32 != pools_check(v, id) || v > KVS_MAX_POOLS)
-		return 0;
-	*n = v;
-	return 1;
+	return h->table >= 1 && h->table <= KVS_MAX_POOLS ? 0 : WAL_ECORRUPT;
 }
 
 int kvs_geometry(const struct kvs_pool_desc *d, uint64_t off, struct kvs_geom *g)
@@ -99,35 +80,46 @@ int kvs_geometry(const struct kvs_pool_desc *d, uint64_t off, struct kvs_geom *g
 	return 0;
 }
 
+/* The first region boundary at or past end. */
+static uint64_t region_up(uint64_t end)
+{
+	return (end + KVS_REGION_ALIGN - 1) & ~(KVS_REGION_ALIGN - 1);
+}
+
 uint64_t kvs_next_region(const struct kvs_geom *g)
 {
-	return (g->off + g->len + KVS_REGION_ALIGN - 1) & ~(KVS_REGION_ALIGN - 1);
+	return region_up(g->off + g->len);
 }
 
 void kvs_entry_encode(uint8_t out[KVS_ENTRY_SIZE], const struct kvs_pool_desc *d,
 		      uint32_t pool_no, const struct kvs_geom *g, uint32_t id)
 {
 	memset(out, 0, KVS_ENTRY_SIZE);
-	put64(out, d->fingerprint);
-	put64(out + 8, d->size);
-	put64(out + 16, d->chunk_bytes);
-	put32(out + 24, d->ordinal);
-	put32(out + 28, pool_no);
-	put64(out + 32, g->nchunks);
-	put64(out + 40, g->off);
+	put64(out, KVS_ENTRY_LIVE);
+	put64(out + 8, d->fingerprint);
+	put64(out + 16, d->size);
+	put64(out + 24, d->chunk_bytes);
+	put32(out + 32, d->ordinal);
+	put32(out + 36, pool_no);
+	put64(out + 40, g->nchunks);
+	put64(out + 48, g->off);
 	put32(out + ENTRY_CRC_OFF, crc32c(id, out, ENTRY_CRC_OFF));
 }
 
 int kvs_entry_decode(const uint8_t in[KVS_ENTRY_SIZE], uint32_t pool_no, uint32_t id,
 		     struct kvs_pool_desc *d, uint64_t *nchunks, uint64_t *off)
 {
-	if (crc32c(id, in, ENTRY_CRC_OFF) != get32(in + ENTRY_CRC_OFF) ||
-	    get32(in + 28) != pool_no)
+	uint64_t word = get64(in);
+
+	if (!word)
 		return 0;
-	*d = (struct kvs_pool_desc){ .fingerprint = get64(in), .size = get64(in + 8),
-				     .chunk_bytes = get64(in + 16), .ordinal = get32(in + 24) };
-	*nchunks = get64(in + 32);
-	*off = get64(in + 40);
+	if (word != KVS_ENTRY_LIVE || crc32c(id, in, ENTRY_CRC_OFF) != get32(in + ENTRY_CRC_OFF) ||
+	    get32(in + 36) != pool_no)
+		return -1;
+	*d = (struct kvs_pool_desc){ .fingerprint = get64(in + 8), .size = get64(in + 16),
+				     .chunk_bytes = get64(in + 24), .ordinal = get32(in + 32) };
+	*nchunks = get64(in + 40);
+	*off = get64(in + 48);
 	return 1;
 }
 
@@ -157,11 +149,101 @@ int kvs_slot_decode(const uint8_t in[KVS_SLOT_SIZE], struct kvs_slot *s, uint32_
 
 /* ---- Pools, as both sides hold them ----------------------------------- */
 
+enum part_state {
+	PART_FREE,    /* no pool: the table entry is free */
+	PART_LIVE,    /* in the table; a writer that did not ask for it drops it */
+	PART_HELD     /* asked for by this writer (kvs_pool): kvs_reclaim keeps it */
+};
+
 struct kvs_part {
 	struct kvs_pool_desc d;
 	struct kvs_geom g;
 	uint8_t *region;         /* slot headers, then data at g.data_off */
+	atomic_int state;        /* enum part_state, stored last (release) */
 };
+
+/* The parts by pool number, in pages of PAGE_PARTS that never move (a
+ * page is made with its first pool), so a lookup takes no lock while a
+ * pool is added beside it. */
+#define PAGE_PARTS 64u
+#define PAGES ((KVS_MAX_POOLS + PAGE_PARTS - 1) / PAGE_PARTS)
+
+struct parts {
+	_Atomic uint32_t n;                    /* pool numbers in use are below it */
+	struct kvs_part *_Atomic page[PAGES];
+};
+
+/* Pool no, or NULL when no pool has that number. */
+static struct kvs_part *part(const struct parts *t, uint32_t no)
+{
+	struct kvs_part *pg;
+
+	if (no >= atomic_load_explicit(&t->n, memory_order_acquire) ||
+	    !(pg = atomic_load_explicit(&t->page[no / PAGE_PARTS], memory_order_acquire)) ||
+	    atomic_load_explicit(&pg[no % PAGE_PARTS].state, memory_order_acquire) == PART_FREE)
+		return NULL;
+	return pg + no % PAGE_PARTS;
+}
+
+/* Where pool no goes, its page made when missing (NULL: out of memory);
+ * the caller is the only one adding. */
+static struct kvs_part *part_slot(struct parts *t, uint32_t no)
+{
+	struct kvs_part *pg = atomic_load_explicit(&t->page[no / PAGE_PARTS], memory_order_relaxed);
+
+	if (!pg) {
+		if (!(pg = calloc(PAGE_PARTS, sizeof *pg)))
+			return NULL;
+		atomic_store_explicit(&t->page[no / PAGE_PARTS], pg, memory_order_release);
+	}
+	return pg + no % PAGE_PARTS;
+}
+
+/* Pool no, filled in at p, is there from now on. */
+static void publish(struct parts *t, uint32_t no, struct kvs_part *p, int state)
+{
+	atomic_store_explicit(&p->state, state, memory_order_release);
+	if (no >= atomic_load_explicit(&t->n, memory_order_relaxed))
+		atomic_store_explicit(&t->n, no + 1, memory_order_release);
+}
+
+static void parts_free(struct parts *t)
+{
+	for (unsigned i = 0; i < PAGES; i++)
+		free(atomic_load_explicit(&t->page[i], memory_order_relaxed));
+}
+
+/* A region in use. */
+struct span {
+	uint64_t off, end;
+	uint32_t no;
+};
+
+static int by_offset(const void *x, const void *y)
+{
+	const struct span *a = x, *b = y;
+
+	return (a->off > b->off) - (a->off < b->off);
+}
+
+/* The regions of the pools in use, by offset: *ns of them in a new array,
+ * or NULL when out of memory. */
+static struct span *spans(const struct parts *t, size_t *ns)
+{
+	uint32_t n = atomic_load_explicit(&t->n, memory_order_acquire);
+	struct span *sp = malloc((n ? n : 1) * sizeof *sp);
+	const struct kvs_part *p;
+
+	*ns = 0;
+	if (!sp)
+		return NULL;
+	for (uint32_t i = 0; i < n; i++)
+		if ((p = part(t, i)))
+			sp[(*ns)++] = (struct span){ p->g.off, p->g.off + p->g.len, i };
+	if (*ns)
+		qsort(sp, *ns, sizeof *sp, by_offset);
+	return sp;
+}
 
 enum slot_state { SLOT_EMPTY, SLOT_OK, SLOT_BAD };
 
@@ -207,46 +289,69 @@ static int name_path(struct wal_error *err, int code, const char *path)
 	return code;
 }
 
-/*
- * Decode and check the first n entries of a pool table (meta: the header
- * page and table) of a file of file_size bytes.  The file is untrusted:
- * each entry must verify and describe a region exactly where the writer
- * puts it, right after the previous one, and inside the file.
- */
-static int load_pools(const uint8_t *meta, uint32_t n, uint32_t id, uint64_t file_size,
-		      struct kvs_part *p, struct wal_error *err)
+static uint8_t *entry_at(const uint8_t *meta, uint32_t no)
 {
-	uint64_t off = KVS_REGION_ALIGN, nchunks, at;
+	return (uint8_t *)meta + KVS_TABLE_OFF + (uint64_t)no * KVS_ENTRY_SIZE;
+}
 
-	for (uint32_t i = 0; i < n; i++) {
-		if (!kvs_entry_decode(meta + KVS_TABLE_OFF + i * KVS_ENTRY_SIZE, i, id, &p[i].d,
-				      &nchunks, &at))
-			return wal_fail(err, WAL_ECORRUPT, "pool %u: table entry fails its CRC", i);
-		if (at != off || kvs_geometry(&p[i].d, at, &p[i].g) < 0 || p[i].g.nchunks != nchunks)
+/*
+ * Decode and check the pool table (meta: the header page and `table`
+ * entries) of a file of file_size bytes into t, each pool in use PART_LIVE.
+ * The file is untrusted: every entry in use must verify and describe a
+ * region the writer could have placed: on a region boundary past the
+ * table, inside the file, overlapping no other.  A free entry's other
+ * bytes mean nothing (what a crashed addition or a reclaim left).
+ */
+static int load_pools(const uint8_t *meta, uint32_t table, uint32_t id, uint64_t file_size,
+		      struct parts *t, struct wal_error *err)
+{
+	struct kvs_pool_desc d;
+	struct kvs_part *p;
+	struct span *sp;
+	uint64_t nchunks, at;
+	size_t ns;
+	int got, r = 0;
+
+	for (uint32_t i = 0; i < table; i++) {
+		if (!(got = kvs_entry_decode(entry_at(meta, i), i, id, &d, &nchunks, &at)))
+			continue;
+		if (got < 0)
+			return wal_fail(err, WAL_ECORRUPT, "pool %u: table entry fails its check", i);
+		if (!(p = part_slot(t, i)))
+			return wal_fail(err, WAL_ENOMEM, "out of memory");
+		p->d = d;
+		if (at < KVS_META_SIZE || kvs_geometry(&d, at, &p->g) < 0 || p->g.nchunks != nchunks)
 			return wal_fail(err, WAL_ECORRUPT, "pool %u: %llu bytes in %llu chunks "
 					"of %llu at offset %llu is not a region this store can hold",
-					i, (unsigned long long)p[i].d.size,
-					(unsigned long long)nchunks,
-					(unsigned long long)p[i].d.chunk_bytes, (unsigned long long)at);
-		if (p[i].g.len > file_size || at > file_size - p[i].g.len)
+					i, (unsigned long long)d.size, (unsigned long long)nchunks,
+					(unsigned long long)d.chunk_bytes, (unsigned long long)at);
+		if (p->g.len > file_size || at > file_size - p->g.len)
 			return wal_fail(err, WAL_ECORRUPT, "pool %u: region [%llu, %llu) runs "
 					"past the end of the file (%llu bytes): truncated", i,
-					(unsigned long long)at, (unsigned long long)(at + p[i].g.len),
+					(unsigned long long)at, (unsigned long long)(at + p->g.len),
 					(unsigned long long)file_size);
-		off = kvs_next_region(&p[i].g);
+		publish(t, i, p, PART_LIVE);
 	}
-	return 0;
+	if (!(sp = spans(t, &ns)))
+		return wal_fail(err, WAL_ENOMEM, "out of memory");
+	for (size_t k = 1; k < ns && !r; k++)
+		if (sp[k].off < sp[k - 1].end)
+			r = wal_fail(err, WAL_ECORRUPT, "pools %u and %u: their regions overlap "
+				     "at offset %llu", sp[k - 1].no, sp[k].no,
+				     (unsigned long long)sp[k].off);
+	free(sp);
+	return r < 0 ? r : 0;
 }
 
 /* ---- Writer ----------------------------------------------------------- */
 
 struct kvs {
-	pthread_mutex_t lock;    /* serialises kvs_pool */
+	pthread_mutex_t lock;    /* serialises kvs_pool and kvs_reclaim */
 	struct media m;          /* m.base: the header page and the pool table */
 	char *path;
 	uint32_t id;             /* log_id_crc of the log */
-	_Atomic uint32_t npools; /* pools whose region kvs_put may use */
-	struct kvs_part pool[KVS_MAX_POOLS];
+	uint32_t table;          /* pool table entries */
+	struct parts parts;
 };
 
 /* One aligned 8-byte store, made durable: a reader sees the old value or
@@ -263,25 +368,30 @@ static void store_word(const struct kvs *s, uint8_t *p, uint64_t v)
 }
 
 /*
- * Make the store empty and bound to log_id.  The regions go first; the
- * magic is written last, so a crash part-way leaves a file that is no
- * store, and the next open formats it again.
+ * Make the store empty and bound to log_id.  The file is cut to its header
+ * page and grown back, so the table and every region go as holes, with no
+ * page touched; the magic is written last, so a crash part-way leaves a
+ * file that is no store, and the next open formats it again.
  */
 static int format(struct kvs *s, const char *path, uint64_t log_id, struct wal_error *err)
 {
-	struct kvs_hdr h = { .version = KVS_VERSION, .log_id = log_id };
+	struct kvs_hdr h = { .version = KVS_VERSION, .table = KVS_MAX_POOLS, .log_id = log_id };
 	uint8_t buf[KVS_HDR_SIZE];
-	int ret = media_cut(&s->m, path, KVS_META_SIZE, err);
+	int ret = media_cut(&s->m, path, KVS_TABLE_OFF, err);
 
+	if (!ret)
+		ret = media_cut(&s->m, path, KVS_META_SIZE, err);
+	if (!ret && fdatasync(s->m.fd) < 0)
+		ret = wal_fail(err, WAL_EIO, "%s: fdatasync: %s", path, strerror(errno));
 	if (ret < 0)
 		return ret;
-	memset(s->m.base, 0, KVS_META_SIZE);
+	memset(s->m.base, 0, KVS_TABLE_OFF);
 	kvs_hdr_encode(buf, &h);
 	memcpy(s->m.base + sizeof KVS_MAGIC, buf + sizeof KVS_MAGIC, KVS_HDR_SIZE - sizeof KVS_MAGIC);
-	put64(s->m.base + KVS_POOLS_OFF, kvs_pools_encode(0, s->id));
-	media_persist(&s->m, s->m.base, KVS_META_SIZE);
+	media_persist(&s->m, s->m.base, KVS_TABLE_OFF);
 	memcpy(s->m.base, buf, sizeof KVS_MAGIC);
 	media_persist(&s->m, s->m.base, sizeof KVS_MAGIC);
+	s->table = h.table;
 	return 0;
 }
 
@@ -301,18 +411,15 @@ static int format_new(struct media *m, void *arg, struct wal_error *err)
 
 /* Take the store over if it is this log's; anything else is formatted: the
  * store of another log must never be used. */
-static int adopt(struct kvs *s, const char *path, uint64_t log_id, uint32_t *npools,
-		 struct wal_error *err)
+static int adopt(struct kvs *s, const char *path, uint64_t log_id, struct wal_error *err)
 {
 	struct kvs_hdr h;
 	char why[80];
 	int ret = kvs_hdr_decode(s->m.base, &h);
 
 	if (!ret && h.log_id == log_id) {
-		if (kvs_pools_decode(get64(s->m.base + KVS_POOLS_OFF), s->id, npools))
-			return 0;
-		return wal_fail(err, WAL_ECORRUPT, "%s: the pool count fails its check; refusing "
-				"to guess (remove the file to start over)", path);
+		s->table = h.table;
+		return 0;
 	}
 	if (!s->m.created) {
 		if (!ret)
@@ -322,31 +429,46 @@ static int adopt(struct kvs *s, const char *path, uint64_t log_id, uint32_t *npo
 			snprintf(why, sizeof why, "a KV store of version %u", h.version);
 		else
 			snprintf(why, sizeof why, "%s", ret == WAL_ENOTLOG ? "not a KV store" :
-				 "a KV store whose header fails its CRC");
+				 "a KV store whose header fails its check");
 		/* Another log's store is expected after the log was made anew;
 		 * anything else is worth a warning. */
 		wal_logf(ret ? WAL_LOG_WARN : WAL_LOG_INFO, "%s: %s; formatting it for log %016llx",
 			 path, why, (unsigned long long)log_id);
 	}
-	*npools = 0;
 	return format(s, path, log_id, err);
 }
 
-static int map_pools(struct kvs *s, const char *path, uint32_t n, struct wal_error *err)
+/* The file ends with the last region in use, or the table: what lay past
+ * it was reclaimed, or a crashed addition's. */
+static int trim(struct kvs *s, struct wal_error *err)
 {
+	uint64_t end = KVS_META_SIZE;
+	const struct kvs_part *p;
+	struct stat st;
+
+	for (uint32_t i = 0; i < atomic_load_explicit(&s->parts.n, memory_order_relaxed); i++)
+		if ((p = part(&s->parts, i)) && p->g.off + p->g.len > end)
+			end = p->g.off + p->g.len;
+	if (fstat(s->m.fd, &st) < 0)
+		return wal_fail(err, WAL_EIO, "%s: fstat: %s", s->path, strerror(errno));
+	return (uint64_t)st.st_size > end ? media_cut(&s->m, s->path, end, err) : 0;
+}
+
+static int map_pools(struct kvs *s, const char *path, struct wal_error *err)
+{
+	struct kvs_part *p;
 	struct stat st;
 	int ret;
 
 	if (fstat(s->m.fd, &st) < 0)
 		return wal_fail(err, WAL_EIO, "%s: fstat: %s", path, strerror(errno));
-	if ((ret = load_pools(s->m.base, n, s->id, (uint64_t)st.st_size, s->pool, err)) < 0)
+	if ((ret = load_pools(s->m.base, s->table, s->id, (uint64_t)st.st_size, &s->parts, err)) < 0)
 		return name_path(err, ret, path);
-	for (uint32_t i = 0; i < n; i++)
-		if ((ret = media_map(&s->m, path, s->pool[i].g.off, s->pool[i].g.len, 0,
-				     &s->pool[i].region, err)) < 0)
+	for (uint32_t i = 0; i < atomic_load_explicit(&s->parts.n, memory_order_relaxed); i++)
+		if ((p = part(&s->parts, i)) &&
+		    (ret = media_map(&s->m, path, p->g.off, p->g.len, 0, &p->region, err)) < 0)
 			return ret;
-	atomic_store_explicit(&s->npools, n, memory_order_release);
-	return 0;
+	return trim(s, err);
 }
 
 /*
@@ -357,11 +479,12 @@ static int map_pools(struct kvs *s, const char *path, uint32_t n, struct wal_err
 static void erase_uncommitted(struct kvs *s, const char *path, uint64_t first)
 {
 	uint64_t erased = 0;
+	const struct kvs_part *p;
 	struct kvs_slot sl;
 
-	for (uint32_t i = 0; i < s->npools; i++) {
-		const struct kvs_part *p = &s->pool[i];
-
+	for (uint32_t i = 0; i < atomic_load_explicit(&s->parts.n, memory_order_relaxed); i++) {
+		if (!(p = part(&s->parts, i)))
+			continue;
 		for (uint64_t c = 0; c < p->g.nchunks; c++)
 			for (unsigned k = 0; k < 2; k++)
 				if (read_slot(p, s->id, i, c, k, &sl) == SLOT_OK && sl.window >= first) {
@@ -389,7 +512,6 @@ int kvs_open(const char *path, uint64_t log_id, int numa_node, uint64_t first_un
 	     struct kvs **out, struct wal_error *err)
 {
 	struct kvs *s;
-	uint32_t n = 0;
 	int ret;
 
 	*out = NULL;
@@ -404,9 +526,9 @@ int kvs_open(const char *path, uint64_t log_id, int numa_node, uint64_t first_un
 	ret = media_open_init(&s->m, path, MEDIA_PARTS, KVS_META_SIZE, numa_node, WAL_OPEN_CREATE,
 			      format_new, &(struct kvs_new){ s, log_id }, err);
 	if (!ret)
-		ret = adopt(s, path, log_id, &n, err);
+		ret = adopt(s, path, log_id, err);
 	if (!ret)
-		ret = map_pools(s, path, n, err);
+		ret = map_pools(s, path, err);
 	if (ret < 0) {
 		kvs_close(s);
 		return ret;
@@ -418,11 +540,14 @@ int kvs_open(const char *path, uint64_t log_id, int numa_node, uint64_t first_un
 
 void kvs_close(struct kvs *s)
 {
+	struct kvs_part *p;
+
 	if (!s)
 		return;
-	for (unsigned i = 0; i < KVS_MAX_POOLS; i++)
-		if (s->pool[i].region)
-			media_unmap(s->pool[i].region, s->pool[i].g.len);
+	for (uint32_t i = 0; i < atomic_load_explicit(&s->parts.n, memory_order_relaxed); i++)
+		if ((p = part(&s->parts, i)) && p->region)
+			media_unmap(p->region, p->g.len);
+	parts_free(&s->parts);
 	media_close(&s->m);
 	pthread_mutex_destroy(&s->lock);
 	free(s->path);
@@ -435,53 +560,146 @@ static int same_pool(const struct kvs_pool_desc *a, const struct kvs_pool_desc *
 	       a->chunk_bytes == b->chunk_bytes;
 }
 
-/*
- * Pool n: its region first (zeroed, reserved, the file's new size
- * durable), then its table entry, then the pools word: the one store at
- * which the pool comes to exist.  A crash before it leaves the file longer
- * than its pools say; the next region is cut back to zeros anyway.
- */
-static int add_pool(struct kvs *s, uint32_t n, const struct kvs_pool_desc *d)
+/* Where a region of len bytes goes: the first gap between the regions in
+ * use that holds it, else past the last one (*at_end). */
+static int place(const struct kvs *s, uint64_t len, uint64_t *at, int *at_end)
 {
-	struct kvs_part *p = s->pool + n;
-	uint8_t *entry;
-	struct wal_error err;
-	int ret;
+	size_t ns, i;
+	struct span *sp = spans(&s->parts, &ns);
 
-	if (n == KVS_MAX_POOLS)
-		return WAL_EFULL;
-	entry = s->m.base + KVS_TABLE_OFF + n * KVS_ENTRY_SIZE;
-	if (kvs_geometry(d, n ? kvs_next_region(&s->pool[n - 1].g) : KVS_REGION_ALIGN, &p->g) < 0)
+	if (!sp)
+		return WAL_ENOMEM;
+	*at = KVS_META_SIZE;
+	for (i = 0; i < ns && sp[i].off < *at + len; i++)
+		*at = region_up(sp[i].end);
+	*at_end = i == ns;
+	free(sp);
+	return 0;
+}
+
+#define TABLE_PAGE 4096u
+
+/*
+ * Pool no, a free entry: its region first (past the last region, the file
+ * cut there and grown over it, zeros; in a gap, its blocks reserved and
+ * the slot headers an earlier region left there zeroed; durable either
+ * way), then its table entry but the word, made durable, then the word:
+ * the one store at which the pool comes to exist.  A crash before it
+ * leaves a free entry and bytes in no region in use.
+ */
+static int add_pool(struct kvs *s, uint32_t no, const struct kvs_pool_desc *d)
+{
+	uint8_t buf[KVS_ENTRY_SIZE], *entry = entry_at(s->m.base, no), *region = NULL;
+	uint64_t page = (uint64_t)(entry - s->m.base) & ~(uint64_t)(TABLE_PAGE - 1), at;
+	struct wal_error err;
+	struct kvs_part *p;
+	struct kvs_geom g;
+	int ret, at_end;
+
+	if (kvs_geometry(d, KVS_META_SIZE, &g) < 0)
 		return WAL_EINVAL;
-	if ((ret = media_map(&s->m, s->path, p->g.off, p->g.len, 1, &p->region, &err)) < 0) {
+	if ((ret = place(s, g.len, &at, &at_end)) < 0)
+		return ret;
+	if (kvs_geometry(d, at, &g) < 0)
+		return WAL_EINVAL;
+	if (!(p = part_slot(&s->parts, no)))
+		return WAL_ENOMEM;
+	/* The entry's page of the table may be a hole: its first store must
+	 * not find the filesystem full (SIGBUS). */
+	ret = media_reserve(&s->m, s->path, page, TABLE_PAGE, &err);
+	if (!ret)
+		ret = media_map(&s->m, s->path, g.off, g.len, at_end, &region, &err);
+	if (!ret && !at_end)
+		ret = media_reserve(&s->m, s->path, g.off, g.len, &err);
+	if (ret < 0) {
+		if (region)
+			media_unmap(region, g.len);
 		wal_logf(WAL_LOG_WARN, "%s", err.msg);
 		return ret;
 	}
+	if (!at_end) {
+		memset(region, 0, g.data_off);
+		media_persist(&s->m, region, g.data_off);
+	}
 	p->d = (struct kvs_pool_desc){ .fingerprint = d->fingerprint, .size = d->size,
 				       .chunk_bytes = d->chunk_bytes, .ordinal = d->ordinal };
-	kvs_entry_encode(entry, &p->d, n, &p->g, s->id);
-	media_persist(&s->m, entry, KVS_ENTRY_SIZE);
-	store_word(s, s->m.base + KVS_POOLS_OFF, kvs_pools_encode(n + 1, s->id));
-	atomic_store_explicit(&s->npools, n + 1, memory_order_release);
+	p->g = g;
+	p->region = region;
+	kvs_entry_encode(buf, &p->d, no, &g, s->id);
+	memcpy(entry + 8, buf + 8, KVS_ENTRY_SIZE - 8);
+	media_persist(&s->m, entry + 8, KVS_ENTRY_SIZE - 8);
+	store_word(s, entry, get64(buf));
+	publish(&s->parts, no, p, PART_HELD);
 	return 0;
 }
 
 int kvs_pool(struct kvs *s, const struct kvs_pool_desc *d, uint32_t *pool_no)
 {
-	uint32_t i, n;
-	int ret;
+	uint32_t i, n, no = UINT32_MAX;
+	struct kvs_part *p = NULL;
+	int ret = 0;
 
 	if (!s || !d || !pool_no)
 		return WAL_EINVAL;
 	pthread_mutex_lock(&s->lock);
-	n = atomic_load_explicit(&s->npools, memory_order_relaxed);
-	for (i = 0; i < n && !same_pool(&s->pool[i].d, d); i++)
-		;
-	ret = i < n ? 0 : add_pool(s, n, d);
+	n = atomic_load_explicit(&s->parts.n, memory_order_relaxed);
+	for (i = 0; i < n; i++) {
+		if ((p = part(&s->parts, i)) && same_pool(&p->d, d))
+			break;
+		if (!p && no == UINT32_MAX)
+			no = i;		/* the lowest free entry */
+	}
+	if (i < n) {
+		atomic_store_explicit(&p->state, PART_HELD, memory_order_relaxed);
+		no = i;
+	} else {
+		if (no == UINT32_MAX)
+			no = n;
+		ret = no < s->table ? add_pool(s, no, d) : WAL_EFULL;
+	}
 	pthread_mutex_unlock(&s->lock);
 	if (!ret)
-		*pool_no = i;
+		*pool_no = no;
 	return ret;
+}
+
+unsigned kvs_reclaim(struct kvs *s)
+{
+	struct wal_error err;
+	struct kvs_part *p;
+	uint64_t bytes = 0;
+	unsigned dropped = 0;
+	int said = 0;
+
+	if (!s)
+		return 0;
+	pthread_mutex_lock(&s->lock);
+	for (uint32_t i = 0; i < atomic_load_explicit(&s->parts.n, memory_order_relaxed); i++) {
+		if (!(p = part(&s->parts, i)) ||
+		    atomic_load_explicit(&p->state, memory_order_relaxed) != PART_LIVE)
+			continue;
+		/* The entry goes first: a crash after it leaves bytes in no
+		 * region in use, never a pool without its region. */
+		store_word(s, entry_at(s->m.base, i), 0);
+		atomic_store_explicit(&p->state, PART_FREE, memory_order_release);
+		media_unmap(p->region, p->g.len);
+		p->region = NULL;
+		/* Where holes cannot be punched the blocks stay, until a region
+		 * is placed there again or the file is cut. */
+		if (media_release(&s->m, s->path, p->g.off, p->g.len, &err) < 0 && !said++)
+			wal_logf(WAL_LOG_INFO, "%s", err.msg);
+		dropped++;
+		bytes += p->d.size;
+	}
+	if (dropped && trim(s, &err) < 0)
+		wal_logf(WAL_LOG_WARN, "%s", err.msg);
+	pthread_mutex_unlock(&s->lock);
+	if (dropped)
+		wal_logf(WAL_LOG_INFO, "%s: %u KV pool%s of earlier processes reclaimed (%llu bytes "
+			 "of KV): no restore can take %s any more", s->path, dropped,
+			 dropped == 1 ? "" : "s", (unsigned long long)bytes,
+			 dropped == 1 ? "it" : "them");
+	return dropped;
 }
 
 /*
@@ -514,10 +732,8 @@ int kvs_put(struct kvs *s, uint32_t pool_no, uint64_t chunk, const void *data, u
 	uint8_t hdr[KVS_SLOT_SIZE], *h, *dst;
 	unsigned k;
 
-	if (!s || !data || window > KVS_MAX_WINDOW ||
-	    pool_no >= atomic_load_explicit(&s->npools, memory_order_acquire))
+	if (!s || !data || window > KVS_MAX_WINDOW || !(p = part(&s->parts, pool_no)))
 		return WAL_EINVAL;
-	p = &s->pool[pool_no];
 	if (chunk >= p->g.nchunks || !len || len > chunk_len(p, chunk))
 		return WAL_EINVAL;
 	k = pick_slot(s, p, pool_no, chunk, window);
@@ -544,8 +760,8 @@ int kvs_put(struct kvs *s, uint32_t pool_no, uint64_t chunk, const void *data, u
 
 struct kvs_reader {
 	struct media m;          /* set when opened by path */
-	uint32_t id, npools;
-	struct kvs_part pool[KVS_MAX_POOLS];
+	uint32_t id;
+	struct parts parts;
 };
 
 int kvs_reader_open_buf(const void *buf, size_t len, uint64_t expect_log_id,
@@ -553,6 +769,7 @@ int kvs_reader_open_buf(const void *buf, size_t len, uint64_t expect_log_id,
 {
 	const uint8_t *img = buf;
 	struct kvs_reader *r;
+	struct kvs_part *p;
 	struct kvs_hdr h;
 	int ret;
 
@@ -568,28 +785,26 @@ int kvs_reader_open_buf(const void *buf, size_t len, uint64_t expect_log_id,
 		return wal_fail(err, ret, "KV store version %u; this build reads version %u",
 				h.version, KVS_VERSION);
 	default:
-		return wal_fail(err, ret, "the KV store header fails its CRC");
+		return wal_fail(err, ret, "the KV store header fails its check");
 	}
 	if (expect_log_id && h.log_id != expect_log_id)
 		return wal_fail(err, WAL_ENOTLOG, "the KV store of log %016llx, not of log %016llx",
 				(unsigned long long)h.log_id, (unsigned long long)expect_log_id);
 	if (len < KVS_META_SIZE)
-		return wal_fail(err, WAL_ECORRUPT, "truncated: %zu bytes, the pool table ends at %u",
-				len, KVS_META_SIZE);
+		return wal_fail(err, WAL_ECORRUPT, "truncated: %zu bytes, the pool table ends at %llu",
+				len, (unsigned long long)KVS_META_SIZE);
 	if (!(r = calloc(1, sizeof *r)))
 		return wal_fail(err, WAL_ENOMEM, "out of memory");
 	r->m.fd = -1;
 	r->id = log_id_crc(h.log_id);
-	if (!kvs_pools_decode(get64(img + KVS_POOLS_OFF), r->id, &r->npools))
-		ret = wal_fail(err, WAL_ECORRUPT, "the pool count fails its check");
-	else
-		ret = load_pools(img, r->npools, r->id, len, r->pool, err);
-	if (ret < 0) {
+	if ((ret = load_pools(img, h.table, r->id, len, &r->parts, err)) < 0) {
+		parts_free(&r->parts);
 		free(r);
 		return ret;
 	}
-	for (uint32_t i = 0; i < r->npools; i++)
-		r->pool[i].region = (uint8_t *)img + r->pool[i].g.off;
+	for (uint32_t i = 0; i < atomic_load_explicit(&r->parts.n, memory_order_relaxed); i++)
+		if ((p = part(&r->parts, i)))
+			p->region = (uint8_t *)img + p->g.off;
 	*out = r;
 	return 0;
 }
@@ -626,19 +841,22 @@ void kvs_reader_close(struct kvs_reader *r)
 		return;
 	if (r->m.base)
 		media_close(&r->m);
+	parts_free(&r->parts);
 	free(r);
 }
 
 unsigned kvs_reader_pools(const struct kvs_reader *r)
 {
-	return r->npools;
+	return atomic_load_explicit(&r->parts.n, memory_order_relaxed);
 }
 
 int kvs_reader_pool(const struct kvs_reader *r, uint32_t pool_no, struct kvs_pool_info *out)
 {
-	if (pool_no >= r->npools)
+	const struct kvs_part *p = part(&r->parts, pool_no);
+
+	if (!p)
 		return WAL_EINVAL;
-	*out = (struct kvs_pool_info){ .d = r->pool[pool_no].d, .nchunks = r->pool[pool_no].g.nchunks };
+	*out = (struct kvs_pool_info){ .d = p->d, .nchunks = p->g.nchunks, .off = p->g.off };
 	return 0;
 }
 
@@ -657,9 +875,8 @@ int kvs_reader_chunk(const struct kvs_reader *r, uint32_t pool_no, uint64_t chun
 	const uint8_t *d;
 	int best = -1;
 
-	if (!r || pool_no >= r->npools || chunk >= r->pool[pool_no].g.nchunks)
+	if (!r || !(p = part(&r->parts, pool_no)) || chunk >= p->g.nchunks)
 		return WAL_EINVAL;
-	p = &r->pool[pool_no];
 	for (unsigned k = 0; k < 2; k++) {
 		int st = read_slot(p, r->id, pool_no, chunk, k, &sl[k]);
 

@@ -24,6 +24,11 @@
  * The store is bound to its log by the log's id: a store of another log
  * (the log was formatted again) is reformatted on open.  Layout and
  * checks: wal/FORMAT.md, "KV store".  Never includes a CUDA header.
+ *
+ * Pools outlive the process that added them: the next process of the
+ * same model gets them back by identity.  Those of other models stay
+ * until the writer says no restore can take them any more (kvs_reclaim),
+ * which frees their table entries and gives their regions' blocks back.
  */
 #ifndef MOEFT_KVSTORE_H
 #define MOEFT_KVSTORE_H
@@ -34,7 +39,11 @@
 #include "ident.h"
 #include "wal.h"
 
-#define KVS_MAX_POOLS 64u
+/* Pool numbers run from 0 to KVS_MAX_POOLS - 1: the pool table fills the
+ * store's first 2 MiB (FORMAT.md).  A process's mappings may run out
+ * first (a region is a mapping of its own; vm.max_map_count), which
+ * kvs_pool reports like any other failure to add a pool. */
+#define KVS_MAX_POOLS 32704u
 
 /* A KV pool: the allocation that holds it (ident.h), and its chunk size. */
 struct kvs_pool_desc {
@@ -68,18 +77,36 @@ int kvs_path(const char *wal_path, char *out, size_t len);
  * its own flock too (WAL_EBUSY).
  *
  * kvs_put may run in several threads at once for distinct chunks, and
- * beside kvs_pool; the same chunk must not be put by two threads at once.
+ * beside kvs_pool and kvs_reclaim; the same chunk must not be put by two
+ * threads at once.
  */
 int kvs_open(const char *path, uint64_t log_id, int numa_node, uint64_t first_uncommitted,
 	     struct kvs **out, struct wal_error *err);
 void kvs_close(struct kvs *s);
 
-/* The pool number of d: an existing pool with the same fingerprint, size,
- * chunk size and ordinal, or a new region (the file grows; durable when it
- * returns).  0, WAL_EFULL past KVS_MAX_POOLS, WAL_EINVAL for a chunk size
- * or pool size the store cannot hold, or another negative status (the
- * reason is logged). */
+/* The pool number of d, which this handle then holds (kvs_reclaim keeps
+ * it): an existing pool with the same fingerprint, size, chunk size and
+ * ordinal, or a new one, in the lowest free table entry, its region in the
+ * first gap between the regions in use that holds it or else at the end
+ * of the file (durable when it returns).  0, WAL_EFULL when all
+ * KVS_MAX_POOLS entries are in use, WAL_EINVAL for a chunk size or pool
+ * size the store cannot hold, or another negative status (the reason is
+ * logged). */
 int kvs_pool(struct kvs *s, const struct kvs_pool_desc *d, uint32_t *pool_no);
+
+/*
+ * Drop every pool this handle has not asked for with kvs_pool since it
+ * opened the store: their table entries become free (durably, one store
+ * each), then their regions' blocks go back to the filesystem, and the
+ * file ends with the last region in use.  The caller's word that no
+ * restore can want them: the rule (FORMAT.md, "Reclaim") is that the
+ * writer's own epoch has committed a decode window, so the last committed
+ * window, the one a restore takes, is this process's, and its pools are
+ * the ones it asked for.  No chunk of a dropped pool may be put after
+ * this.  Returns the number dropped (one line at info level says how many
+ * bytes of KV that was).
+ */
+unsigned kvs_reclaim(struct kvs *s);
 
 /*
  * Write chunk `chunk` of pool pool_no (1 to chunk-size bytes; the pool's
@@ -100,6 +127,7 @@ struct kvs_reader;
 struct kvs_pool_info {
 	struct kvs_pool_desc d;
 	uint64_t nchunks;
+	uint64_t off;           /* its region's offset in the file */
 };
 
 /* Map a store read-only.  Its content is untrusted: every header is checked
@@ -113,7 +141,9 @@ int kvs_reader_open_buf(const void *buf, size_t len, uint64_t expect_log_id,
 			struct kvs_reader **out, struct wal_error *err);
 void kvs_reader_close(struct kvs_reader *r);
 
-/* Pools in pool-number order. */
+/* One past the highest pool number in use: numbers below it may be free
+ * (their pools reclaimed), which kvs_reader_pool says with WAL_EINVAL, as
+ * it does for a number out of range. */
 unsigned kvs_reader_pools(const struct kvs_reader *r);
 int kvs_reader_pool(const struct kvs_reader *r, uint32_t pool_no, struct kvs_pool_info *out);
 
@@ -128,7 +158,7 @@ enum kvs_chunk_state {
 };
 
 /* The state of a chunk as of committed window `upto`: enum kvs_chunk_state,
- * or WAL_EINVAL for a pool or chunk out of range.  The outputs are set for
+ * or WAL_EINVAL for a pool not in use or a chunk out of range.  The outputs are set for
  * KVS_CHUNK_OK only; *data points into the mapping (valid until
  * kvs_reader_close). */
 int kvs_reader_chunk(const struct kvs_reader *r, uint32_t pool_no, uint64_t chunk,

@@ -607,6 +607,31 @@ int media_cut(const struct media *m, const char *path, uint64_t size, struct wal
 	return 0;
 }
 
+int media_reserve(const struct media *m, const char *path, uint64_t off, uint64_t len,
+		  struct wal_error *err)
+{
+	int e = posix_fallocate(m->fd, (off_t)off, (off_t)len);
+
+	/* A filesystem that cannot reserve gives its blocks at the first
+	 * store, as it does to a new part (reserve_range). */
+	if (e && e != EOPNOTSUPP)
+		return wal_fail(err, WAL_EIO, "%s: cannot reserve %llu bytes at %llu: %s", path,
+				(unsigned long long)len, (unsigned long long)off, strerror(e));
+	if (fdatasync(m->fd) < 0)
+		return wal_fail(err, WAL_EIO, "%s: fdatasync: %s", path, strerror(errno));
+	return 0;
+}
+
+int media_release(const struct media *m, const char *path, uint64_t off, uint64_t len,
+		  struct wal_error *err)
+{
+	if (fallocate(m->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+		      (off_t)len) < 0)
+		return wal_fail(err, WAL_EIO, "%s: cannot give back %llu bytes at %llu: %s", path,
+				(unsigned long long)len, (unsigned long long)off, strerror(errno));
+	return 0;
+}
+
 int media_map(struct media *m, const char *path, uint64_t off, uint64_t len, int grow,
 	      uint8_t **out, struct wal_error *err)
 {

@@ -19,7 +19,8 @@
  *
  * The KV store beside a log is a regular file mapped in parts (MEDIA_PARTS):
  * it grows by whole parts, each mapped on its own, so a mapping never
- * moves and no pointer into one goes stale.
+ * moves and no pointer into one goes stale; a part no longer wanted gives
+ * its blocks back (a hole), and a later part may be placed there again.
  */
 #ifndef MOEFT_MEDIA_H
 #define MOEFT_MEDIA_H
@@ -111,6 +112,19 @@ const char *media_fault(const void *addr);
  */
 int media_map(struct media *m, const char *path, uint64_t off, uint64_t len, int grow,
 	      uint8_t **out, struct wal_error *err);
+
+/* MEDIA_PARTS: reserve the blocks of [off, off+len), a range inside the
+ * file (a part that held something else before, or a hole), so that
+ * stores there cannot fail for want of space; durable when this returns.
+ * The bytes and the file's size stay as they are.  0, or WAL_EIO. */
+int media_reserve(const struct media *m, const char *path, uint64_t off, uint64_t len,
+		  struct wal_error *err);
+
+/* MEDIA_PARTS: give the blocks of [off, off+len) back to the filesystem
+ * (a hole: it reads as zeros); the file keeps its size.  0, or WAL_EIO
+ * when the filesystem cannot punch holes (the bytes stay). */
+int media_release(const struct media *m, const char *path, uint64_t off, uint64_t len,
+		  struct wal_error *err);
 
 /* MEDIA_PARTS: cut the file to `size` bytes; parts mapped past it must not
  * be touched again. */

@@ -4,9 +4,10 @@
  *
  * The input is the plan file's bytes up to its first NUL, as
  * restore_plan_load hands them over (it refuses a file holding one).
- * ASan and UBSan watch the parser; the target checks that a refusal names
- * its line and that whatever is accepted is written back by the writer,
- * which parses to the same plan and is its own fixed point.
+ * ASan and UBSan watch the parser (and LeakSanitizer its pools); the
+ * target checks that a refusal names its line and leaves no pools, and
+ * that whatever is accepted is written back by the writer, which parses
+ * to the same plan and is its own fixed point.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(text, data, size);
 	text[size] = '\0';
 	if (restore_plan_parse(text, &p, err, sizeof err) < 0) {
-		if (strncmp(err, "line ", 5) != 0)
+		if (strncmp(err, "line ", 5) != 0 || p.pools || p.npools)
 			abort();
 		return 0;
 	}
@@ -40,7 +41,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (restore_plan_format(&q, twice, sizeof twice, err, sizeof err) != n ||
 	    strcmp(once, twice) != 0 || q.npools != p.npools || q.log_id != p.log_id ||
 	    q.window != p.window || q.first_step != p.first_step || q.last_step != p.last_step ||
-	    memcmp(q.pools, p.pools, p.npools * sizeof p.pools[0]) != 0)
+	    (p.npools && memcmp(q.pools, p.pools, p.npools * sizeof p.pools[0]) != 0))
 		abort();
+	restore_plan_free(&p);
+	restore_plan_free(&q);
 	return 0;
 }

@@ -4,6 +4,7 @@
  */
 #include <CUnit/Basic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan.h"
@@ -36,10 +37,13 @@ static void test_parse(void)
 	CU_ASSERT_STRING_EQUAL(p.pools[1].file, "kv-pool-1.bin");
 	CU_ASSERT_EQUAL(p.pools[2].no, 5);
 	CU_ASSERT_EQUAL(p.pools[2].size, 100);
+	restore_plan_free(&p);
+	CU_ASSERT(!p.pools && !p.npools);
 	/* A plan without pools is a plan. */
 	CU_ASSERT_EQUAL(restore_plan_parse("moeft-restore-plan 1\nlog 0000000000000001\n"
 					   "window 0 0 15\n", &p, err, sizeof err), 0);
 	CU_ASSERT_EQUAL(p.npools, 0);
+	restore_plan_free(&p);
 }
 
 /* Each bad plan, and the line its message must name. */
@@ -57,7 +61,8 @@ static void test_errors(void)
 		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\n"
 		  "pool 0 a1a2a3a4a5a6a7a8 0 0 4096 f\n", "line 4: a pool has a size" },
 		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\n"
-		  "pool 64 a1a2a3a4a5a6a7a8 1 0 4096 f\n", "line 4: expected a number up to 63" },
+		  "pool 32704 a1a2a3a4a5a6a7a8 1 0 4096 f\n",
+		  "line 4: expected a number up to 32703" },
 		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\n"
 		  "pool 0 a1a2a3a4a5a6a7a8 1 0 4096 ../etc/passwd\n", "line 4: the file name may" },
 		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\n"
@@ -65,6 +70,15 @@ static void test_errors(void)
 		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\n"
 		  "pool 0 a1a2a3a4a5a6a7a8 1 0 4096 f\npool 0 a1a2a3a4a5a6a7a8 1 1 4096 g\n",
 		  "line 5: pool 0 or file g given twice" },
+		/* Of two lines that repeat, the first (the file f here) is named. */
+		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\n"
+		  "pool 0 a1a2a3a4a5a6a7a8 1 0 4096 f\npool 1 a1a2a3a4a5a6a7a8 1 1 4096 g\n"
+		  "pool 2 a1a2a3a4a5a6a7a8 1 2 4096 f\npool 1 a1a2a3a4a5a6a7a8 1 3 4096 h\n",
+		  "line 6: pool 2 or file f given twice" },
+		/* A broken line is named before a repeated one. */
+		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\n"
+		  "pool 0 a1a2a3a4a5a6a7a8 1 0 4096 f\npool 0 a1a2a3a4a5a6a7a8 1 1 4096 g\nkv\n",
+		  "line 6: expected 'pool '" },
 		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\n"
 		  "pool 0 a1a2a3a4a5a6a7a8 1 0 4096 f", "line 4: expected a file name" },
 		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\nkv 0\n",
@@ -77,10 +91,28 @@ static void test_errors(void)
 	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		err[0] = '\0';
 		CU_ASSERT_EQUAL(restore_plan_parse(cases[i].text, &p, err, sizeof err), -1);
+		CU_ASSERT(!p.pools && !p.npools);
 		if (strncmp(err, cases[i].want, strlen(cases[i].want)) != 0)
 			fprintf(stderr, "\ncase %zu: got '%s', want '%s...'\n", i, err, cases[i].want);
 		CU_ASSERT(strncmp(err, cases[i].want, strlen(cases[i].want)) == 0);
 	}
+}
+
+/* p and q are the same plan, their pools' images and bases aside. */
+static int same(const struct restore_plan *p, const struct restore_plan *q)
+{
+	if (p->log_id != q->log_id || p->window != q->window || p->first_step != q->first_step ||
+	    p->last_step != q->last_step || p->npools != q->npools)
+		return 0;
+	for (unsigned i = 0; i < p->npools; i++) {
+		const struct restore_pool *a = &p->pools[i], *b = &q->pools[i];
+
+		if (a->no != b->no || a->ordinal != b->ordinal || a->fingerprint != b->fingerprint ||
+		    a->size != b->size || a->chunk_bytes != b->chunk_bytes ||
+		    strcmp(a->file, b->file) != 0)
+			return 0;
+	}
+	return 1;
 }
 
 /* What the parser takes, the writer gives back byte for byte; and what it
@@ -88,7 +120,7 @@ static void test_errors(void)
 static void test_round_trip(void)
 {
 	static struct restore_plan p, q;
-	char text[RESTORE_PLAN_MAX + 1], err[200];
+	char text[4096], err[200];
 
 	CU_ASSERT_EQUAL_FATAL(restore_plan_parse(good, &p, err, sizeof err), 0);
 	p.pools[0].image = good;                /* restore mode's, never written */
@@ -99,40 +131,49 @@ static void test_round_trip(void)
 	CU_ASSERT_EQUAL_FATAL(restore_plan_parse(text, &q, err, sizeof err), 0);
 	CU_ASSERT_PTR_NULL(q.pools[0].image);
 	CU_ASSERT_EQUAL(q.pools[0].base, 0);
-	p.pools[0].image = NULL;
-	p.pools[0].base = 0;
-	CU_ASSERT_EQUAL(memcmp(&p, &q, sizeof p), 0);
+	CU_ASSERT(same(&p, &q));
+	restore_plan_free(&p);
+	restore_plan_free(&q);
 }
 
-/* Every field at its widest: 2^64 - 1, 2^32 - 1, KVS_MAX_POOLS pools, 63-byte names. */
+/* Every field at its widest: 2^64 - 1, 2^32 - 1, KVS_MAX_POOLS pools, 63-byte
+ * names: RESTORE_PLAN_MAX holds it. */
 static void test_widest(void)
 {
 	static struct restore_plan p, q;
-	char text[RESTORE_PLAN_MAX + 1], err[200];
+	static char text[RESTORE_PLAN_MAX + 1];
+	char err[200], num[6];
+	size_t want = 21 + 21 + 70;
 	unsigned i;
 	int n;
 
-	memset(&p, 0, sizeof p);        /* padding too: compared with memcmp */
 	p.log_id = p.window = p.first_step = p.last_step = UINT64_MAX;
 	p.npools = KVS_MAX_POOLS;
+	p.pools = calloc(KVS_MAX_POOLS, sizeof *p.pools);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(p.pools);
 	for (i = 0; i < KVS_MAX_POOLS; i++) {
 		p.pools[i] = (struct restore_pool){ .no = i, .ordinal = UINT32_MAX,
 						    .fingerprint = UINT64_MAX, .size = UINT64_MAX,
 						    .chunk_bytes = UINT64_MAX };
+		snprintf(num, sizeof num, "%05u", i);
 		memset(p.pools[i].file, 'a', RESTORE_NAME_MAX - 1);
-		p.pools[i].file[0] = (char)('A' + i % 26);
-		p.pools[i].file[1] = (char)('A' + i / 26);
+		memcpy(p.pools[i].file, num, 5);
+		/* "pool", the fields and the name: 140 bytes, and the number */
+		want += 140 + (size_t)snprintf(NULL, 0, "%u", i);
 	}
 	n = restore_plan_format(&p, text, sizeof text, err, sizeof err);
-	/* The lines: the version, log, window, then the pools (pool 0 to 9 have
-	 * one digit, 10 to 63 two). */
-	CU_ASSERT_EQUAL_FATAL(n, 21 + 21 + 70 + 64 * 140 + 10 * 1 + 54 * 2);
+	CU_ASSERT_EQUAL_FATAL((size_t)n, want);
+	CU_ASSERT(n <= (int)RESTORE_PLAN_MAX);
 	CU_ASSERT_EQUAL((size_t)n, strlen(text));
 	CU_ASSERT(strstr(text, "window 18446744073709551615 18446744073709551615 "
 			 "18446744073709551615\npool 0 ffffffffffffffff 18446744073709551615 "
-			 "4294967295 18446744073709551615 AAaaa") != NULL);
+			 "4294967295 18446744073709551615 00000aaa") != NULL);
+	CU_ASSERT(strstr(text, "\npool 32703 ffffffffffffffff 18446744073709551615 4294967295 "
+			 "18446744073709551615 32703aaa") != NULL);
 	CU_ASSERT_EQUAL_FATAL(restore_plan_parse(text, &q, err, sizeof err), 0);
-	CU_ASSERT_EQUAL(memcmp(&p, &q, sizeof p), 0);
+	CU_ASSERT(same(&p, &q));
+	free(p.pools);
+	restore_plan_free(&q);
 }
 
 /* The writer refuses p with exactly the message want. */
@@ -150,7 +191,7 @@ static void refused(const struct restore_plan *p, const char *want)
 static void test_write_refused(void)
 {
 	static struct restore_plan p;
-	char text[RESTORE_PLAN_MAX + 1], err[200];
+	char text[4096], err[200];
 	size_t need = strlen(good);
 
 	CU_ASSERT_EQUAL_FATAL(restore_plan_parse(good, &p, err, sizeof err), 0);
@@ -168,7 +209,7 @@ static void test_write_refused(void)
 	refused(&p, "line 5: a pool has a size and a chunk size");
 	p.pools[1].chunk_bytes = 4096;
 	p.pools[1].no = KVS_MAX_POOLS;
-	refused(&p, "line 5: expected a number up to 63");
+	refused(&p, "line 5: expected a number up to 32703");
 	p.pools[1].no = 1;
 	memset(p.pools[1].file, 'a', sizeof p.pools[1].file);   /* no NUL */
 	refused(&p, "line 5: expected a file name of 1 to 63 bytes");
@@ -179,10 +220,11 @@ static void test_write_refused(void)
 	refused(&p, "line 3: the window ends before it begins");
 	p.last_step = 159;
 	p.npools = KVS_MAX_POOLS + 1;
-	refused(&p, "65 pools, more than 64");
+	refused(&p, "32705 pools, more than 32704");
 	p.npools = 3;
 	CU_ASSERT_EQUAL(restore_plan_format(&p, text, sizeof text, err, sizeof err), (int)need);
 	CU_ASSERT_STRING_EQUAL(text, good);
+	restore_plan_free(&p);
 }
 
 int main(void)

@@ -14,15 +14,12 @@
 /* Allocations claim pools by (fingerprint, size, ordinal), each once. */
 static void test_match(void)
 {
-	static struct restore_plan p = {
-		.npools = 3,
-		.pools = {
-			{ .no = 0, .fingerprint = UINT64_C(0xa1a2a3a4a5a6a7a8), .size = 8192 },
-			{ .no = 1, .fingerprint = UINT64_C(0xa1a2a3a4a5a6a7a8), .size = 8192,
-			  .ordinal = 1 },
-			{ .no = 5, .fingerprint = 1, .size = 100 },
-		},
+	static struct restore_pool pools[] = {
+		{ .no = 0, .fingerprint = UINT64_C(0xa1a2a3a4a5a6a7a8), .size = 8192 },
+		{ .no = 1, .fingerprint = UINT64_C(0xa1a2a3a4a5a6a7a8), .size = 8192, .ordinal = 1 },
+		{ .no = 5, .fingerprint = 1, .size = 100 },
 	};
+	struct restore_plan p = { .npools = 3, .pools = pools };
 	const struct restore_pool *q;
 
 	CU_ASSERT_PTR_NULL(restore_match(&p, UINT64_C(0xa1a2a3a4a5a6a7a8), 8192, 2, 0x1000));
@@ -65,12 +62,14 @@ static void test_load(void)
 	snprintf(path, sizeof path, "%s/plan", dir);
 	CU_ASSERT_EQUAL(restore_plan_load(path, &p, err, sizeof err), -1);
 	CU_ASSERT(strstr(err, "/img: not a file of 100 bytes") != NULL);
+	CU_ASSERT(!p.pools && !p.npools);
 	snprintf(path, sizeof path, "%s/img", dir);
 	CU_ASSERT_EQUAL_FATAL(test_spew(path, bytes, sizeof bytes), 0);
 	snprintf(path, sizeof path, "%s/plan", dir);
 	CU_ASSERT_EQUAL_FATAL(restore_plan_load(path, &p, err, sizeof err), 0);
 	CU_ASSERT_EQUAL(memcmp(p.pools[0].image, bytes, sizeof bytes), 0);
 	CU_ASSERT_EQUAL(p.last_step, 31);
+	restore_plan_free(&p);
 	snprintf(path, sizeof path, "%s/img", dir);
 	unlink(path);
 	snprintf(path, sizeof path, "%s/plan", dir);

@@ -3,8 +3,9 @@
  * real log and KV store: routing placed by its lane's marker, windows cut
  * at snapshot marks, their WINDOW extra, KV chunks copied from a staging
  * area filled by hand as the snapshot kernel would, gaps and partial KV
- * flagged, a full log, and windows that allocation commits never split.
- * Everything is checked by reading the files back.
+ * flagged (a staging overflow, a pool the store could not take), a full
+ * log, and windows that allocation commits never split.  Everything is
+ * checked by reading the files back.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -43,6 +44,14 @@ struct fx {
 	uint64_t log_id, first_window;	/* id of the first window committed */
 };
 
+/* KV pools the store could not take, as the sink asks (pools.h). */
+static unsigned untracked_pools;
+
+static unsigned untracked(void)
+{
+	return untracked_pools;
+}
+
 static void fx_open(struct fx *f, uint64_t size, int with_kv)
 {
 	struct wal_error err = { 0 };
@@ -71,7 +80,9 @@ static void fx_open(struct fx *f, uint64_t size, int with_kv)
 	f->stage = aligned_alloc(KVSNAP_ALIGN, STAGE_LEN);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(f->stage);
 	CU_ASSERT_EQUAL_FATAL(kv_stage_init(f->stage, STAGE_LEN, CHUNK), 0);
-	sink = (struct wa_sink){ .wal = f->wal, .kvs = f->kvs, .log_lock = &f->lock };
+	sink = (struct wa_sink){ .wal = f->wal, .kvs = f->kvs, .log_lock = &f->lock,
+				 .untracked = untracked };
+	untracked_pools = 0;
 	f->wa = wa_create(&sink);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(f->wa);
 	wa_set_stage(f->wa, f->stage, &f->busy);
@@ -613,6 +624,38 @@ static void test_kv(void)
 	fx_close(&f);
 }
 
+/* A pool the store could not take is in no snapshot: from then on every
+ * window is KV-partial, its other chunks stored and logged all the same. */
+static void test_untracked(void)
+{
+	struct kvs_pool_desc d = { .fingerprint = 0x3333, .size = 4 * CHUNK, .chunk_bytes = CHUNK };
+	struct wal_reader *r;
+	struct fx f;
+	uint32_t p = 99;
+	uint64_t id;
+
+	fx_open(&f, LOG_SIZE, 1);
+	CU_ASSERT_EQUAL_FATAL(kvs_pool(f.kvs, &d, &p), 0);
+	for (uint64_t t = 0; t < 3; t++) {
+		untracked_pools = t > 0;
+		kv_stage_reset(f.stage);
+		stage_put(f.stage, p, t, CHUNK, 0, (uint32_t)t + 1);
+		marker(&f, A, t);
+		atomic_store(&f.busy, 1);
+		snap(&f, t + 1);
+	}
+	r = reader(&f);
+	CU_ASSERT_EQUAL_FATAL(nwindows(r), 3);
+	id = f.first_window;
+	expect_steps(r, id, (struct rec_window_steps){ 0, 1, 0, 0, 1 });
+	for (uint64_t t = 1; t < 3; t++) {
+		expect_steps(r, id + t, (struct rec_window_steps){ t, 1, 0, WINDOW_KV_PARTIAL, 1 });
+		expect_kv(&f, r, id + t, t, (struct kwant[]){ { p, CHUNK, t, (uint32_t)t + 1 } }, 1);
+	}
+	wal_reader_close(r);
+	fx_close(&f);
+}
+
 /* Without a KV store (a device-DAX log) windows carry routing only; the
  * staging area is still handed back. */
 static void test_no_store(void)
@@ -959,6 +1002,7 @@ int main(void)
 		{ "a window of two lanes", test_window },
 		{ "unplaced routing and drops flag one window", test_gaps },
 		{ "KV chunks, overflow, bad staging entries", test_kv },
+		{ "a pool the store could not take", test_untracked },
 		{ "no KV store", test_no_store },
 		{ "a mark without steps commits nothing", test_empty_mark },
 		{ "a window larger than the log", test_full },

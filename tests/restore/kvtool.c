@@ -110,23 +110,20 @@ static int last_kvref(const char *path, struct rec_kvref *k, uint64_t *log_id)
 	return found;
 }
 
-/* Where chunk k->block's slot headers lie: regions follow one another
- * from the first at KVS_REGION_ALIGN (FORMAT.md, "KV store"). */
+/* Where chunk k->block's slot headers lie: in its pool's region, wherever
+ * the pool table says it is (FORMAT.md, "KV store"). */
 static uint64_t header_off(const char *kvpath, const struct rec_kvref *k, uint64_t log_id)
 {
 	struct wal_error err = { 0 };
 	struct kvs_reader *r;
 	struct kvs_pool_info pi;
 	struct kvs_geom g = { 0 };
-	uint64_t off = KVS_REGION_ALIGN, slot;
+	uint64_t slot;
 
 	if (kvs_reader_open(kvpath, log_id, &r, &err) < 0)
 		die(2, "%s", err.msg);
-	for (uint32_t i = 0; i <= k->pool; i++) {
-		if (kvs_reader_pool(r, i, &pi) < 0 || kvs_geometry(&pi.d, off, &g) < 0)
-			die(2, "%s: pool %u unreadable", kvpath, (unsigned)i);
-		off = kvs_next_region(&g);
-	}
+	if (kvs_reader_pool(r, k->pool, &pi) < 0 || kvs_geometry(&pi.d, pi.off, &g) < 0)
+		die(2, "%s: pool %u unreadable", kvpath, (unsigned)k->pool);
 	kvs_reader_close(r);
 	slot = (k->store_off - g.off - g.data_off) / pi.d.chunk_bytes;
 	if (k->store_off < g.off + g.data_off || slot / 2 != k->block)

@@ -9,15 +9,23 @@
  * as fast as it can.  In window w, child k writes chunk c of pool p when
  * writes(k, p, c, w) says so, its bytes the stream of key(k, p, c, w),
  * and then "commits" w: an aligned store of w into memory it shares with
- * the parent (the commit word of a real log, in effect).  Pools come into
- * being as windows go by, so kills land inside kvs_pool too; every
- * RELOG_EVERY kills the store changes its log id, and the next child must
- * reformat it, so kills land inside a reformat too.  The parent kills the
- * child as crash_torture does (at once, inside its open, or 0-5 ms into
- * its writing), then reads the store: every chunk, as of C, must be what
- * the newest window <= C that wrote it wrote, or never written, never
+ * the parent (the commit word of a real log, in effect).  Every child
+ * asks for the same POOLS pools, written more of them as windows go by,
+ * and adds a pool of its own, of a size of its own, whose chunks it
+ * writes each window too; after its first commit it reclaims what it did
+ * not ask for, the earlier children's own pools, and their regions' gaps
+ * are where the next children's pools go.  So kills land inside kvs_pool
+ * (the first child of a log adds the shared pools too), inside a reclaim
+ * and inside a pool's addition into a gap; every RELOG_EVERY kills the
+ * store changes its log id, and the next child must reformat it, so kills
+ * land inside a reformat too.  The parent kills the child as crash_torture
+ * does (at once, inside its open, or 0-5 ms into its writing), then reads
+ * the store: every chunk of the shared pools, as of C, must be what the
+ * newest window <= C that wrote it wrote, or never written, never
  * DAMAGED; read as of any window, a chunk newer than C must be complete
- * window C+1 of the last child that opened the store.
+ * window C+1 of the last child that opened the store.  A child's own pool
+ * must hold whole chunks that child wrote, or none, and be gone once a
+ * later child's reclaim has returned.
  *
  * MOEFT_TORTURE_KILLS sets K (default 200), MOEFT_TORTURE_SEED the seed of
  * all random choices.  On failure the store is kept and its path printed.
@@ -38,7 +46,7 @@
 #include "kvstore.h"
 
 #define POOLS 6u
-#define MAX_CHUNKS 64u
+#define MAX_CHUNKS 80u
 #define MAX_CHUNK (64u << 10)
 #define WINDOWS_PER_POOL 24u    /* a new pool every so many windows */
 #define RELOG_EVERY 50u
@@ -55,6 +63,17 @@ static struct kvs_pool_desc pool_desc(uint32_t i)
 	return (struct kvs_pool_desc){ .fingerprint = 0x4b56000 + i, .chunk_bytes = chunk[i],
 				       .size = (uint64_t)chunk[i] * chunks[i] - (i % 2 ? 1000 : 0),
 				       .ordinal = i / 3 };
+}
+
+/* Child k's own pool: 1.25 MiB (a region of 2.5 MiB, two region units)
+ * or 256 KiB, in turn; its chunks written with the pool index POOLS. */
+#define OWN_FP 0x7000000u
+#define OWN_CHUNK 16384u
+
+static struct kvs_pool_desc own_desc(uint64_t k)
+{
+	return (struct kvs_pool_desc){ .fingerprint = OWN_FP + k, .chunk_bytes = OWN_CHUNK,
+				       .size = (uint64_t)OWN_CHUNK * (k % 2 ? 80 : 16) };
 }
 
 static uint32_t pools_of(uint64_t w)
@@ -107,6 +126,7 @@ static void fill(uint64_t k, uint8_t *buf, uint32_t len)
 struct shared {
 	_Atomic int64_t committed; /* last window committed, -1: none */
 	_Atomic uint64_t open_ns;  /* how long its kvs_open and pools took; 0: not done */
+	_Atomic uint64_t reclaimed;/* the last child whose reclaim returned; 0: none */
 };
 
 static void __attribute__((noreturn)) child_fail(const char *what, const char *detail)
@@ -129,14 +149,32 @@ static void ensure_pools(struct kvs *s, uint32_t n)
 	}
 }
 
+/* Child k's chunks of window w in pool p (POOLS: its own), numbered no. */
+static void put_window(struct kvs *s, uint64_t seed, uint64_t k, uint32_t p, uint32_t no,
+		       uint64_t w)
+{
+	static uint8_t buf[MAX_CHUNK];
+	struct kvs_pool_desc d = p < POOLS ? pool_desc(p) : own_desc(k);
+	int ret;
+
+	for (uint64_t c = 0; c < nchunks_of(&d); c++) {
+		if (!writes(seed, k, p, c, w))
+			continue;
+		fill(key(seed, k, p, c, w), buf, len_of(&d, c));
+		if ((ret = kvs_put(s, no, c, buf, len_of(&d, c), w, NULL, NULL)) < 0)
+			child_fail("kvs_put", wal_strerror(ret));
+	}
+}
+
 /* The child waits for the parent's go: the parent's clock then starts
  * with it, and a kill aimed inside its short open lands there. */
 static void __attribute__((noreturn)) run_child(const char *path, uint64_t log_id, uint64_t seed,
 						uint64_t k, struct shared *sh, int go)
 {
 	uint64_t start, first = (uint64_t)(atomic_load(&sh->committed) + 1);
-	static uint8_t buf[MAX_CHUNK];
+	struct kvs_pool_desc own = own_desc(k);
 	struct wal_error err;
+	uint32_t own_no;
 	struct kvs *s;
 	int ret;
 
@@ -146,22 +184,19 @@ static void __attribute__((noreturn)) run_child(const char *path, uint64_t log_i
 	start = mono_ns();
 	if (kvs_open(path, log_id, -1, first, &s, &err) < 0)
 		child_fail("kvs_open", err.msg);
-	ensure_pools(s, pools_of(first));
+	ensure_pools(s, POOLS);
+	if ((ret = kvs_pool(s, &own, &own_no)) < 0)
+		child_fail("kvs_pool of its own", wal_strerror(ret));
 	atomic_store(&sh->open_ns, mono_ns() - start);
 	for (uint64_t w = first;; w++) {
-		ensure_pools(s, pools_of(w));
-		for (uint32_t p = 0; p < pools_of(w); p++) {
-			struct kvs_pool_desc d = pool_desc(p);
-
-			for (uint64_t c = 0; c < nchunks_of(&d); c++) {
-				if (!writes(seed, k, p, c, w))
-					continue;
-				fill(key(seed, k, p, c, w), buf, len_of(&d, c));
-				if ((ret = kvs_put(s, p, c, buf, len_of(&d, c), w, NULL, NULL)) < 0)
-					child_fail("kvs_put", wal_strerror(ret));
-			}
-		}
+		for (uint32_t p = 0; p < pools_of(w); p++)
+			put_window(s, seed, k, p, p, w);
+		put_window(s, seed, k, POOLS, own_no, w);
 		atomic_store(&sh->committed, (int64_t)w); /* the commit point */
+		if (w == first) {
+			kvs_reclaim(s);
+			atomic_store(&sh->reclaimed, k);
+		}
 	}
 }
 
@@ -179,8 +214,8 @@ struct torture {
 	int64_t last[POOLS][MAX_CHUNKS];
 	uint64_t last_gen[POOLS][MAX_CHUNKS];
 	/* totals */
-	unsigned at_once, in_open, writing, relogs;
-	uint64_t windows, chunks_ok, chunks_none, newer;
+	unsigned at_once, in_open, writing, in_reclaim, relogs;
+	uint64_t windows, chunks_ok, chunks_none, newer, own_pools;
 };
 
 static void __attribute__((noreturn, format(printf, 2, 3))) die(const struct torture *t,
@@ -203,6 +238,7 @@ static void relog(struct torture *t)
 	t->committed = -1;
 	t->opened = -1;
 	atomic_store(&t->sh->committed, -1);
+	atomic_store(&t->sh->reclaimed, 0);
 	for (unsigned p = 0; p < POOLS; p++)
 		for (unsigned c = 0; c < MAX_CHUNKS; c++)
 			t->last[p][c] = -1;
@@ -235,7 +271,7 @@ static void check_bytes(const struct torture *t, uint32_t p, uint64_t c, uint64_
 			const uint8_t *data, uint32_t len, uint32_t crc)
 {
 	static uint8_t want[MAX_CHUNK];
-	struct kvs_pool_desc d = pool_desc(p);
+	struct kvs_pool_desc d = p < POOLS ? pool_desc(p) : own_desc(k);
 
 	if (len != len_of(&d, c))
 		die(t, "pool %u chunk %" PRIu64 " window %" PRIu64 ": %u bytes, written %u", p, c, w,
@@ -244,6 +280,41 @@ static void check_bytes(const struct torture *t, uint32_t p, uint64_t c, uint64_
 	if (memcmp(data, want, len) != 0 || crc != crc32c(0, want, len))
 		die(t, "pool %u chunk %" PRIu64 " window %" PRIu64 ": not the bytes child %" PRIu64
 		    " wrote", p, c, w, k);
+}
+
+/*
+ * Pool number no past the shared ones: free, or child j's own pool, j of
+ * this log and not before the last child whose reclaim returned; each
+ * chunk whole bytes child j wrote, or never written.
+ */
+static void check_own(struct torture *t, const struct kvs_reader *r, uint32_t no)
+{
+	struct kvs_pool_info info;
+	struct kvs_pool_desc d;
+	const uint8_t *data;
+	uint64_t j, window, reclaimed = atomic_load(&t->sh->reclaimed);
+	uint32_t len, crc;
+	int st;
+
+	if (kvs_reader_pool(r, no, &info) < 0)
+		return;
+	j = info.d.fingerprint - OWN_FP;
+	d = own_desc(j);
+	if (j > t->kill || info.d.fingerprint != d.fingerprint || info.d.size != d.size ||
+	    info.d.chunk_bytes != d.chunk_bytes || info.d.ordinal || info.nchunks != nchunks_of(&d))
+		die(t, "pool %u is no child's own pool", no);
+	if (j < reclaimed)
+		die(t, "pool %u, child %" PRIu64 "'s own, outlived child %" PRIu64 "'s reclaim",
+		    no, j, reclaimed);
+	for (uint64_t c = 0; c < info.nchunks; c++) {
+		st = kvs_reader_chunk(r, no, c, UINT64_MAX, &data, &len, &window, &crc);
+		if (st == KVS_CHUNK_OK)
+			check_bytes(t, POOLS, c, j, window, data, len, crc);
+		else if (st != KVS_CHUNK_NONE)
+			die(t, "pool %u (child %" PRIu64 "'s own) chunk %" PRIu64 ": state %d", no, j,
+			    c, st);
+	}
+	t->own_pools++;
 }
 
 static void check_store(struct torture *t)
@@ -267,9 +338,14 @@ static void check_store(struct torture *t)
 		die(t, "%u pools, window %" PRId64 " committed with %u", n, t->committed,
 		    pools_of((uint64_t)t->committed));
 	for (uint32_t p = 0; p < n; p++) {
-		struct kvs_pool_desc d = pool_desc(p);
+		struct kvs_pool_desc d;
 
-		if (p >= POOLS || kvs_reader_pool(r, p, &info) < 0 ||
+		if (p >= POOLS) {
+			check_own(t, r, p);
+			continue;
+		}
+		d = pool_desc(p);
+		if (kvs_reader_pool(r, p, &info) < 0 ||
 		    info.d.fingerprint != d.fingerprint || info.d.size != d.size ||
 		    info.d.chunk_bytes != d.chunk_bytes || info.d.ordinal != d.ordinal ||
 		    info.nchunks != nchunks_of(&d))
@@ -309,6 +385,7 @@ static void check_store(struct torture *t)
 static void one_kill(struct torture *t, uint64_t k)
 {
 	uint64_t delay = pick_kill_delay(&t->rng, t->open_est, MAX_DELAY_NS), start, open_ns;
+	int64_t committed;
 	int fds[2], status;
 	pid_t pid;
 
@@ -336,7 +413,10 @@ static void one_kill(struct torture *t, uint64_t k)
 	}
 	t->in_open += !open_ns;
 	t->writing += !!open_ns;
-	advance(t, k, atomic_load(&t->sh->committed));
+	committed = atomic_load(&t->sh->committed);
+	/* Killed after its first commit, before its reclaim returned. */
+	t->in_reclaim += committed > t->committed && atomic_load(&t->sh->reclaimed) != k;
+	advance(t, k, committed);
 	check_store(t);
 }
 
@@ -362,11 +442,13 @@ int main(void)
 			relog(&t);
 		one_kill(&t, t.kill);
 	}
-	printf("kv-torture: %u kills (%u at once, %u during open, %u while writing), %u logs, "
+	printf("kv-torture: %u kills (%u at once, %u during open, %u while writing, %u of them "
+	       "before a reclaim returned), %u logs, "
 	       "%" PRIu64 " windows committed, %" PRIu64 " chunks verified, %" PRIu64 " never "
-	       "written, %" PRIu64 " of uncommitted windows seen whole, child open ~%" PRIu64
-	       " us, seed %" PRIu64 ", %.1f s\n", kills, t.at_once, t.in_open, t.writing, t.relogs,
-	       t.windows, t.chunks_ok, t.chunks_none, t.newer, t.open_est / 1000, t.seed,
+	       "written, %" PRIu64 " of uncommitted windows seen whole, %" PRIu64 " children's "
+	       "own pools not yet reclaimed, child open ~%" PRIu64 " us, seed %" PRIu64 ", %.1f s\n",
+	       kills, t.at_once, t.in_open, t.writing, t.in_reclaim, t.relogs, t.windows, t.chunks_ok,
+	       t.chunks_none, t.newer, t.own_pools, t.open_est / 1000, t.seed,
 	       (double)(mono_ns() - t0) / 1e9);
 	unlink(path);
 	/* A run long enough to count must have hit the cases that matter. */

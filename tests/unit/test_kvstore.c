@@ -1,9 +1,10 @@
 /*
  * test_kvstore.c - kvstore.c: create, reopen and reformat; pools (find,
- * add, limits, persistence); put and read back; the two-slot rule; the
- * erase of uncommitted windows; the log-id binding; damage in data, slot
- * headers, pool entries, the pools word and the header; truncated files;
- * short last chunks; argument checks; concurrent puts beside pool adds;
+ * add, limits, persistence); reclaim, and regions placed in the gaps it
+ * leaves; put and read back; the two-slot rule; the erase of uncommitted
+ * windows; the log-id binding; damage in data, slot headers, pool entries
+ * and the header; overlapping regions; truncated files; short last
+ * chunks; argument checks; concurrent puts beside pool adds and reclaims;
  * and a robustness run of the reader over mutated images.
  */
 #include <fcntl.h>
@@ -210,6 +211,7 @@ static void test_create_reopen(void)
 	CU_ASSERT_EQUAL(memcmp(hdr, "MOEFTKVS", 8), 0);
 	CU_ASSERT_EQUAL(kvs_hdr_decode(hdr, &h), 0);
 	CU_ASSERT_EQUAL(h.version, KVS_VERSION);
+	CU_ASSERT_EQUAL(h.table, KVS_MAX_POOLS);
 	CU_ASSERT_EQUAL(h.log_id, LOG_A);
 
 	/* Reopen: the same store, nothing logged, nothing lost. */
@@ -329,7 +331,7 @@ static void test_not_a_store(void)
 		int rc;
 	} cases[] = {
 		{ 0, "not a KV store", WAL_ENOTLOG },
-		{ 20, "a KV store whose header fails its CRC", WAL_ECORRUPT },
+		{ 20, "a KV store whose header fails its check", WAL_ECORRUPT },
 		{ 8, "a KV store of version 3", WAL_EVERSION },
 	};
 	struct wal_error err = { 0 };
@@ -468,10 +470,28 @@ static void test_pools(void)
 	unlink(path);
 }
 
+/* Make the store at path one whose pool table has `entries` entries (the
+ * header says how many; this build's writer formats the largest table). */
+static void set_table(const char *path, uint32_t entries)
+{
+	uint8_t hdr[KVS_HDR_SIZE];
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(pread(fd, hdr, sizeof hdr, 0), (ssize_t)sizeof hdr);
+	put32(hdr + 12, entries);
+	put32(hdr + KVS_HDR_SIZE - 4, crc32c(0, hdr, KVS_HDR_SIZE - 4));
+	CU_ASSERT_EQUAL(pwrite(fd, hdr, sizeof hdr, 0), (ssize_t)sizeof hdr);
+	close(fd);
+}
+
+/* A full table: WAL_EFULL, finding still works, and a reclaim makes room.
+ * On a table of 4 entries: the largest one would take 32704 regions. */
 static void test_pool_limit(void)
 {
-	struct kvs_pool_desc d = desc(1000, CHUNK, CHUNK, 0);
-	struct kvs_reader *r;
+	struct wal_error err = { 0 };
+	struct kvs_pool_desc d = desc(2000, CHUNK, CHUNK, 0);
+	struct kvs_reader *r = NULL;
 	char path[256];
 	struct kvs *s;
 	uint32_t no = 0;
@@ -479,24 +499,131 @@ static void test_pool_limit(void)
 	test_path(path, sizeof path, "kv-limit");
 	s = open_store(path, LOG_A, 0);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(s);
-	for (uint32_t i = 0; i < KVS_MAX_POOLS; i++)
-		CU_ASSERT_EQUAL(add_pool(s, 1000 + i, CHUNK, CHUNK, 0), i);
-	d.fingerprint = 2000;
-	CU_ASSERT_EQUAL(kvs_pool(s, &d, &no), WAL_EFULL);
-	CU_ASSERT_EQUAL(add_pool(s, 1000 + 63, CHUNK, CHUNK, 0), 63); /* finding still works */
-	put(s, 63, 0, CHUNK, 2);
 	kvs_close(s);
-	CU_ASSERT_EQUAL(file_size(path), 64 * REGION0 + 4096 + 2 * CHUNK);
+	set_table(path, 4);
+	s = open_store(path, LOG_A, 0);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+	for (uint32_t i = 0; i < 4; i++)
+		CU_ASSERT_EQUAL(add_pool(s, 1000 + i, CHUNK, CHUNK, 0), i);
+	CU_ASSERT_EQUAL(kvs_pool(s, &d, &no), WAL_EFULL);
+	CU_ASSERT_EQUAL(add_pool(s, 1003, CHUNK, CHUNK, 0), 3); /* finding still works */
+	put(s, 3, 0, CHUNK, 2);
+	kvs_close(s);
 
+	/* A writer that asks for pools 1 and 3 only: the others go, and the
+	 * new pool takes the lowest free entry. */
 	s = open_store(path, LOG_A, 10);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+	CU_ASSERT_EQUAL(add_pool(s, 1003, CHUNK, CHUNK, 0), 3);
+	CU_ASSERT_EQUAL(add_pool(s, 1001, CHUNK, CHUNK, 0), 1);
 	CU_ASSERT_EQUAL(kvs_pool(s, &d, &no), WAL_EFULL);
+	CU_ASSERT_EQUAL(kvs_reclaim(s), 2);
+	CU_ASSERT_EQUAL(add_pool(s, 2000, CHUNK, CHUNK, 0), 0);
 	kvs_close(s);
 	r = open_reader(path, LOG_A);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(r);
-	CU_ASSERT_EQUAL(kvs_reader_pools(r), KVS_MAX_POOLS);
-	expect_chunk(r, 63, 0, 2, 2, CHUNK);
+	CU_ASSERT_EQUAL(kvs_reader_pools(r), 4);
+	expect_chunk(r, 3, 0, 2, 2, CHUNK);
 	kvs_reader_close(r);
+
+	/* A table size out of range is refused, not guessed at. */
+	set_table(path, 0);
+	CU_ASSERT_EQUAL(kvs_reader_open(path, LOG_A, &r, &err), WAL_ECORRUPT);
+	CU_ASSERT(has(err.msg, "header fails its check"));
+	set_table(path, KVS_MAX_POOLS + 1);
+	CU_ASSERT_EQUAL(kvs_reader_open(path, LOG_A, &r, &err), WAL_ECORRUPT);
+	unlink(path);
+}
+
+/* Blocks the file holds, in 512-byte units. */
+static uint64_t file_blocks(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 ? (uint64_t)st.st_blocks : UINT64_MAX;
+}
+
+/*
+ * Reclaim drops the pools the writer did not ask for: their entries are
+ * free, their regions' blocks given back and the file cut after the last
+ * region in use; the pools it asked for, and added, stay with their data.
+ * A new pool takes the lowest free entry and the first gap that holds its
+ * region, where it reads as never written; a larger one goes to the end.
+ */
+static void test_reclaim(void)
+{
+	struct kvs_pool_info info;
+	struct kvs_reader *r;
+	uint64_t blocks;
+	char path[256];
+	struct kvs *s;
+
+	test_path(path, sizeof path, "kv-reclaim");
+	s = open_store(path, LOG_A, 0);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+	CU_ASSERT_EQUAL(kvs_reclaim(s), 0);     /* every pool is its own */
+	for (uint32_t i = 0; i < 4; i++) {
+		CU_ASSERT_EQUAL(add_pool(s, 10 + i, 64 * CHUNK, CHUNK, 0), i);
+		for (uint64_t c = 0; c < 64; c++)
+			put(s, i, c, CHUNK, 1);
+	}
+	CU_ASSERT_EQUAL(kvs_reclaim(s), 0);
+	kvs_close(s);
+	blocks = file_blocks(path);
+
+	/* The next process asks for pool 1 and adds one of its own (4). */
+	s = open_store(path, LOG_A, 2);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+	CU_ASSERT_EQUAL(add_pool(s, 11, 64 * CHUNK, CHUNK, 0), 1);
+	CU_ASSERT_EQUAL(add_pool(s, 20, 8 * CHUNK, CHUNK, 0), 4);
+	put(s, 4, 7, CHUNK, 2);
+	capture_start();
+	CU_ASSERT_EQUAL(kvs_reclaim(s), 3);
+	CU_ASSERT(nlogged == 1 && has(logged[0], "3 KV pools of earlier processes reclaimed "
+				     "(786432 bytes of KV): no restore can take them any more"));
+	capture_stop();
+	CU_ASSERT_EQUAL(kvs_reclaim(s), 0);
+	/* Three regions of 64 data chunks x 2 slots gone. */
+	CU_ASSERT(file_blocks(path) + 3 * 2 * 64 * CHUNK / 512 <= blocks + 2 * 8 * CHUNK / 512 + 64);
+	r = open_reader(path, LOG_A);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+	CU_ASSERT_EQUAL(kvs_reader_pools(r), 5);
+	CU_ASSERT_EQUAL(kvs_reader_pool(r, 0, &info), WAL_EINVAL);
+	CU_ASSERT_EQUAL(kvs_reader_pool(r, 3, &info), WAL_EINVAL);
+	CU_ASSERT_EQUAL(chunk_state(r, 2, 0, 1), WAL_EINVAL);
+	expect_chunk(r, 1, 63, 1, 1, CHUNK);
+	expect_chunk(r, 4, 7, 2, 2, CHUNK);
+	CU_ASSERT_EQUAL(kvs_reader_pool(r, 4, &info), 0);
+	CU_ASSERT_EQUAL(info.off, 5 * REGION0);    /* after pool 3's region, then */
+	kvs_reader_close(r);
+
+	/* Into the gaps: pool 0's number and region (the first gap), then
+	 * pool 2's number and pool 2's region; one too large for any gap goes
+	 * past the last region.  Their chunks were never written. */
+	CU_ASSERT_EQUAL(add_pool(s, 30, 16 * CHUNK, CHUNK, 0), 0);
+	CU_ASSERT_EQUAL(add_pool(s, 31, 64 * CHUNK, CHUNK, 0), 2);
+	CU_ASSERT_EQUAL(add_pool(s, 32, 300 * CHUNK, CHUNK, 0), 3);
+	kvs_close(s);
+	r = open_reader(path, LOG_A);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+	CU_ASSERT_EQUAL(kvs_reader_pools(r), 5);
+	CU_ASSERT(kvs_reader_pool(r, 0, &info) == 0 && info.off == REGION0);
+	CU_ASSERT(kvs_reader_pool(r, 2, &info) == 0 && info.off == 3 * REGION0);
+	CU_ASSERT(kvs_reader_pool(r, 3, &info) == 0 && info.off == 6 * REGION0);
+	for (uint64_t c = 0; c < 16; c++)
+		CU_ASSERT_EQUAL(chunk_state(r, 0, c, UINT64_MAX), KVS_CHUNK_NONE);
+	for (uint64_t c = 0; c < 64; c++)
+		CU_ASSERT_EQUAL(chunk_state(r, 2, c, UINT64_MAX), KVS_CHUNK_NONE);
+	expect_chunk(r, 1, 0, 1, 1, CHUNK);
+	kvs_reader_close(r);
+
+	/* Reclaiming the last region cuts the file after the last in use. */
+	s = open_store(path, LOG_A, 3);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+	CU_ASSERT_EQUAL(add_pool(s, 30, 16 * CHUNK, CHUNK, 0), 0);
+	CU_ASSERT_EQUAL(kvs_reclaim(s), 4);
+	CU_ASSERT_EQUAL(file_size(path), REGION0 + KVS_DATA_ALIGN + 2 * 16 * CHUNK);
+	kvs_close(s);
 	unlink(path);
 }
 
@@ -816,23 +943,43 @@ static void test_damaged_table(void)
 		flip(path, KVS_TABLE_OFF + b / 8, b % 8);
 		CU_ASSERT_EQUAL(kvs_reader_open(path, LOG_A, &r, &err), WAL_ECORRUPT);
 		CU_ASSERT_PTR_NULL(r);
-		snprintf(want, sizeof want, "%s: pool 0: table entry fails its CRC", path);
+		snprintf(want, sizeof want, "%s: pool 0: table entry fails its check", path);
 		CU_ASSERT_STRING_EQUAL(err.msg, want);
 		CU_ASSERT_EQUAL(kvs_open(path, LOG_A, -1, 0, &s, &err), WAL_ECORRUPT);
 		CU_ASSERT_PTR_NULL(s);
 		CU_ASSERT_STRING_EQUAL(err.msg, want);
 	}
 
-	/* The pools word: refused too, never guessed. */
+	/* A free entry's other bytes (a crashed addition's, a reclaimed
+	 * pool's) mean nothing. */
 	two_copies(path, &o5, &o7);
-	flip(path, KVS_POOLS_OFF, 1); /* 1 pool -> 3 */
+	for (unsigned b = 64; b < KVS_ENTRY_SIZE * 8; b += 7)
+		flip(path, KVS_TABLE_OFF + KVS_ENTRY_SIZE + b / 8, b % 8);
+	r = open_reader(path, LOG_A);
+	CU_ASSERT(r && kvs_reader_pools(r) == 1);
+	kvs_reader_close(r);
+	s = open_store(path, LOG_A, 8);
+	CU_ASSERT_PTR_NOT_NULL(s);
+	kvs_close(s);
+
+	/* Two entries that verify, whose regions overlap: refused. */
+	two_copies(path, &o5, &o7);
+	{
+		struct kvs_pool_desc d = desc(8, 4 * CHUNK, CHUNK, 0);
+		uint8_t e[KVS_ENTRY_SIZE];
+		struct kvs_geom g;
+		int fd = open(path, O_RDWR | O_CLOEXEC);
+
+		CU_ASSERT_EQUAL_FATAL(kvs_geometry(&d, REGION0, &g), 0);
+		kvs_entry_encode(e, &d, 1, &g, log_id_crc(LOG_A));
+		CU_ASSERT_FATAL(fd >= 0);
+		CU_ASSERT_EQUAL(pwrite(fd, e, sizeof e, KVS_TABLE_OFF + KVS_ENTRY_SIZE),
+				(ssize_t)sizeof e);
+		close(fd);
+	}
 	CU_ASSERT_EQUAL(kvs_reader_open(path, LOG_A, &r, &err), WAL_ECORRUPT);
-	CU_ASSERT(has(err.msg, "the pool count fails its check"));
+	CU_ASSERT(has(err.msg, "pools 0 and 1: their regions overlap at offset 2097152"));
 	CU_ASSERT_EQUAL(kvs_open(path, LOG_A, -1, 0, &s, &err), WAL_ECORRUPT);
-	CU_ASSERT(has(err.msg, "refusing to guess"));
-	flip(path, KVS_POOLS_OFF, 1);
-	flip(path, KVS_POOLS_OFF + 6, 2); /* its check */
-	CU_ASSERT_EQUAL(kvs_reader_open(path, LOG_A, &r, &err), WAL_ECORRUPT);
 	unlink(path);
 }
 
@@ -899,8 +1046,9 @@ static void *put_rounds(void *arg)
 	return NULL;
 }
 
-/* Puts into existing pools while other pools are added: no mapping they
- * use moves, and the data comes back exact. */
+/* Puts into existing pools while other pools are added, and an earlier
+ * process's pools reclaimed (their entries and gaps taken again): no
+ * mapping the puts use moves, and the data comes back exact. */
 static void test_threads(void)
 {
 	struct putter p[PUTTERS];
@@ -911,12 +1059,22 @@ static void test_threads(void)
 	test_path(path, sizeof path, "kv-threads");
 	s = open_store(path, LOG_A, 0);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+	for (unsigned i = 0; i < 8; i++)
+		add_pool(s, 400 + i, 64 * CHUNK, CHUNK, 0);
+	kvs_close(s);
+	s = open_store(path, LOG_A, 0);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(s);
 	for (unsigned i = 0; i < PUTTERS; i++) {
 		p[i] = (struct putter){ .s = s, .pool = add_pool(s, 500 + i, 4 * CHUNK, CHUNK, 0) };
+		CU_ASSERT_EQUAL(p[i].pool, 8 + i);
 		CU_ASSERT_EQUAL_FATAL(pthread_create(&p[i].t, NULL, put_rounds, &p[i]), 0);
 	}
-	for (unsigned i = 0; i < 40; i++)
-		CU_ASSERT_EQUAL(add_pool(s, 600 + i, 64 * CHUNK, CHUNK, 0), PUTTERS + i);
+	for (unsigned i = 0; i < 20; i++)
+		CU_ASSERT_EQUAL(add_pool(s, 600 + i, 64 * CHUNK, CHUNK, 0), 8 + PUTTERS + i);
+	CU_ASSERT_EQUAL(kvs_reclaim(s), 8);
+	for (unsigned i = 0; i < 20; i++)
+		CU_ASSERT_EQUAL(add_pool(s, 700 + i, 64 * CHUNK, CHUNK, 0),
+				i < 8 ? i : 8 + PUTTERS + 20 + i - 8);
 	for (unsigned i = 0; i < PUTTERS; i++) {
 		pthread_join(p[i].t, NULL);
 		CU_ASSERT_EQUAL(p[i].failures, 0);
@@ -924,11 +1082,11 @@ static void test_threads(void)
 	kvs_close(s);
 	r = open_reader(path, LOG_A);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(r);
-	CU_ASSERT_EQUAL(kvs_reader_pools(r), PUTTERS + 40);
+	CU_ASSERT_EQUAL(kvs_reader_pools(r), 8 + PUTTERS + 40 - 8);
 	for (unsigned i = 0; i < PUTTERS; i++)
 		for (uint64_t c = 0; c < 4; c++) {
-			expect_chunk(r, i, c, ROUNDS, ROUNDS, CHUNK);
-			expect_chunk(r, i, c, ROUNDS - 1, ROUNDS - 1, CHUNK);
+			expect_chunk(r, 8 + i, c, ROUNDS, ROUNDS, CHUNK);
+			expect_chunk(r, 8 + i, c, ROUNDS - 1, ROUNDS - 1, CHUNK);
 		}
 	kvs_reader_close(r);
 	unlink(path);
@@ -1015,20 +1173,23 @@ static void reseal(uint8_t *img, size_t len)
 	struct kvs_pool_desc d;
 	struct kvs_geom g = { .off = REGION0, .len = 0 };
 	uint64_t nchunks, off;
-	uint32_t id, n;
+	uint32_t id;
 
 	if (len < KVS_META_SIZE)
 		return;
+	put32(img + 12, 1 + get32(img + 12) % KVS_MAX_POOLS);
 	put32(img + KVS_HDR_SIZE - 4, crc32c(0, img, KVS_HDR_SIZE - 4));
 	id = log_id_crc(get64(img + 16));
-	n = get32(img + KVS_POOLS_OFF) % (KVS_MAX_POOLS + 1);
-	put64(img + KVS_POOLS_OFF, kvs_pools_encode(n, id));
-	for (uint32_t i = 0; i < n; i++) {
+	/* The entries a mutation may hit: any word but 0 made the live one. */
+	for (uint32_t i = 0; i < 8; i++) {
 		uint8_t *e = img + KVS_TABLE_OFF + i * KVS_ENTRY_SIZE;
 
-		put32(e + 28, i);
+		if (!get64(e))
+			continue;
+		put64(e, KVS_ENTRY_LIVE);
+		put32(e + 36, i);
 		put32(e + KVS_ENTRY_SIZE - 4, crc32c(id, e, KVS_ENTRY_SIZE - 4));
-		if (!kvs_entry_decode(e, i, id, &d, &nchunks, &off) ||
+		if (kvs_entry_decode(e, i, id, &d, &nchunks, &off) != 1 ||
 		    kvs_geometry(&d, off, &g) < 0 || g.off + g.data_off > len)
 			continue;
 		for (uint64_t s = 0; s < 2 * g.nchunks && g.off + (s + 1) * KVS_SLOT_SIZE <= len; s++) {
@@ -1057,7 +1218,9 @@ static int read_all(const uint8_t *img, size_t len, uint64_t *ok)
 	if (kvs_reader_open_buf(img, len, 0, &r, &err) < 0)
 		return err.msg[0] ? 0 : -1;
 	for (uint32_t p = 0; p < kvs_reader_pools(r) && !bad; p++) {
-		bad = kvs_reader_pool(r, p, &info) < 0;
+		if (kvs_reader_pool(r, p, &info) < 0)
+			continue;	/* a free entry */
+		bad = info.off < KVS_META_SIZE || info.off >= len;
 		for (uint64_t c = 0; c < info.nchunks && c < 64 && !bad; c++)
 			for (uint64_t upto = 0; upto < 12 && !bad; upto += 3) {
 				int st = kvs_reader_chunk(r, p, c, upto, &data, &clen, &window, &crc);
@@ -1083,8 +1246,8 @@ static int read_all(const uint8_t *img, size_t len, uint64_t *ok)
  * full length), so that ASan sees a read past it. */
 static void test_mutated_images(void)
 {
-	static const uint64_t spots[] = { 0, KVS_POOLS_OFF, KVS_TABLE_OFF, REGION0,
-					   REGION0 + KVS_DATA_ALIGN, 2 * REGION0 };
+	static const uint64_t spots[] = { 0, KVS_TABLE_OFF, KVS_TABLE_OFF + KVS_ENTRY_SIZE,
+					   REGION0, REGION0 + KVS_DATA_ALIGN, 2 * REGION0 };
 	const char *env = getenv("MOEFT_KVS_MUTATIONS");
 	unsigned iters = env ? (unsigned)strtoul(env, NULL, 10) : 2000, opened = 0;
 	uint64_t seed = 12345, ok = 0;
@@ -1170,6 +1333,7 @@ static CU_TestInfo kvstore_tests[] = {
 	{ "not a store, bad header, old version, stub", test_not_a_store },
 	{ "pools: add, find, regions, reopen", test_pools },
 	{ "pool limit", test_pool_limit },
+	{ "reclaim, gaps", test_reclaim },
 	{ "put and read back", test_round_trip },
 	{ "two slots a chunk", test_two_slots },
 	{ "short last chunk, put arguments", test_short_last_chunk },
