@@ -139,45 +139,11 @@ static const char *fmt_bytes(uint64_t v, char *buf, size_t len)
 
 /* ---- the default log path ---------------------------------------------- */
 
-/* Login name of uid from /etc/passwd, or "" when it is not listed there. */
-static void passwd_name(uid_t uid, char *out, size_t len)
-{
-	char *line = NULL;
-	size_t cap = 0;
-	FILE *f;
-
-	out[0] = '\0';
-	if (!(f = fopen("/etc/passwd", "re")))
-		return;
-	while (getline(&line, &cap, f) > 0) {
-		char *name = line, *pw, *id, *end;
-		unsigned long v;
-
-		if (!(pw = strchr(name, ':')) || !(id = strchr(pw + 1, ':')))
-			continue;
-		*pw = '\0';
-		v = strtoul(id + 1, &end, 10);
-		if (end != id + 1 && *end == ':' && v == uid) {
-			snprintf(out, len, "%s", name);
-			break;
-		}
-	}
-	free(line);
-	fclose(f);
-}
-
 /* A directory per user, a log per process in it (logname.h): processes
  * of one name on other devices, or of other names, never share a log. */
 static void default_wal_dir(struct moeft_config *c)
 {
-	char user[64];
-	uid_t uid = geteuid();
-
-	passwd_name(uid, user, sizeof user);
-	if (!user[0])
-		snprintf(user, sizeof user, "%u", (unsigned)uid);
-	logname_clean(user);
-	snprintf(c->wal_path, sizeof c->wal_path, "/dev/shm/moeft-%s", user);
+	logname_default_dir(c->wal_path, sizeof c->wal_path);
 	c->wal_dir = 1;
 }
 

@@ -80,7 +80,10 @@ static void add_pool(const struct alloc_info *a, uint64_t chunk)
 	uint32_t no;
 	int r;
 
-	if (!po.kvs || snap_has_pool(a->alloc_id) || was_refused(a->alloc_id))
+	/* The role first: a KV launch names its pools every step, and the
+	 * pool list is long for a model with many layers. */
+	if (!po.kvs || a->role == ALLOC_ROLE_KV_POOL || snap_has_pool(a->alloc_id) ||
+	    was_refused(a->alloc_id))
 		return;
 	if (resume_active())
 		resume_check_kv_pool(a);

@@ -49,20 +49,34 @@ static const void *map_image(const char *dir, const char *file, uint64_t size, c
 
 /* The text of the plan at path, NUL-terminated, in a new buffer: NULL
  * with err set when it cannot be read, or is too long or binary. */
+/* The whole plan file, read to its end (a plan has no count of its pools:
+ * a short read would drop some), NUL-terminated. */
 static char *read_plan(const char *path, char *err, size_t errlen)
 {
-	char *text = NULL;
-	ssize_t n = -1;
-	int fd;
+	size_t n = 0;
+	ssize_t r = 1;
+	char *text;
+	int fd, e = 0;
 
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0 &&
-	    (text = malloc(RESTORE_PLAN_MAX + 1)))
-		n = read(fd, text, RESTORE_PLAN_MAX + 1);
-	if (fd >= 0)
-		close(fd);
-	if (n < 0 || n > RESTORE_PLAN_MAX || memchr(text, '\0', (size_t)n)) {
-		snprintf(err, errlen, "%s: %s", path, n < 0 ? strerror(text ? errno : ENOMEM)
-			 : "not a plan (too long, or binary)");
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	if (!(text = malloc(RESTORE_PLAN_MAX + 1)))
+		e = ENOMEM;
+	while (text && n <= RESTORE_PLAN_MAX &&
+	       (r = read(fd, text + n, RESTORE_PLAN_MAX + 1 - n)) != 0) {
+		if (r > 0)
+			n += (size_t)r;
+		else if (errno != EINTR)
+			break;
+	}
+	if (text && r < 0)
+		e = errno;
+	close(fd);
+	if (e || n > RESTORE_PLAN_MAX || memchr(text, '\0', n)) {
+		snprintf(err, errlen, "%s: %s", path,
+			 e ? strerror(e) : "not a plan (too long, or binary)");
 		free(text);
 		return NULL;
 	}

@@ -6,7 +6,6 @@
 #include <libgen.h>
 #include <limits.h>
 #include <math.h>
-#include <pwd.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include "decimal.h"
 #include "guard.h"
 #include "json.h"
+#include "logname.h"
 #include "media.h"
 
 struct cli_env cli_env = { .numa_node = -1 };
@@ -229,21 +229,11 @@ int cli_parse_done(struct cli_opts *o)
 	return o->err[0] ? fail(o->cmd, o->json, EXIT_USAGE, 1, o->err) : 0;
 }
 
-void cli_default_dir(char *buf, size_t len)
-{
-	const struct passwd *pw = getpwuid(geteuid());
-
-	if (pw && pw->pw_name && *pw->pw_name && !strchr(pw->pw_name, '/'))
-		snprintf(buf, len, "/dev/shm/moeft-%s", pw->pw_name);
-	else
-		snprintf(buf, len, "/dev/shm/moeft-%u", (unsigned)geteuid());
-}
-
 void cli_default_path(char *buf, size_t len, const char *name)
 {
 	char dir[PATH_MAX];
 
-	cli_default_dir(dir, sizeof dir);
+	logname_default_dir(dir, sizeof dir);
 	snprintf(buf, len, "%s-%s.wal", dir, name);
 }
 

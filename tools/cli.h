@@ -88,9 +88,6 @@ int cli_fail(const struct cli_command *cmd, int json, int code, const char *fmt,
 /* /dev/shm/moeft-<user>-<name>.wal */
 void cli_default_path(char *buf, size_t len, const char *name);
 
-/* /dev/shm/moeft-<user>: the preload's default directory of logs. */
-void cli_default_dir(char *buf, size_t len);
-
 /*
  * May a fresh log (or KV store) be made at `path`?  Never over data: it
  * must be missing, an empty regular file, or a device-DAX node that holds

@@ -59,7 +59,7 @@ static int read_dir(struct logset *s, const char *path, char *err, size_t errlen
 			r = -1;
 		}
 	closedir(d);
-	if (!r)
+	if (!r && s->n > 1)
 		qsort(s->paths, s->n, sizeof *s->paths, by_name);
 	return r;
 }

@@ -1,7 +1,7 @@
 /*
  * logset.h - the logs a --wal argument names: the log itself, or, for a
  * directory (MOEFT_WAL naming one: every process of a server keeps its
- * log there, preload/logname.h), every log in it.
+ * log there, wal/logname.h), every log in it.
  */
 #ifndef MOEFT_LOGSET_H
 #define MOEFT_LOGSET_H

@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "json.h"
+#include "logname.h"
 #include "logset.h"
 #include "media.h"
 #include "record.h"
@@ -28,6 +29,7 @@ struct entry {
 	uint64_t started_ns;
 	int crash_signal;         /* a CRASH record of the latest epoch: its signal */
 	int restorable;           /* a committed decode window: */
+	int kv_partial;           /* ... whose KV was left partly for later */
 	uint64_t window, first_step, last_step;
 };
 
@@ -57,6 +59,7 @@ static void read_entry(const struct report *rp, struct entry *e)
 	for (size_t i = rp->nwin; i-- > 0;)
 		if (rp->win[i].state == WAL_WINDOW_INTACT && rec_decode_window(&rp->win[i], &st)) {
 			e->restorable = 1;
+			e->kv_partial = (st.flags & WINDOW_KV_PARTIAL) != 0;
 			e->window = rp->win[i].id;
 			e->first_step = st.first_step;
 			e->last_step = st.first_step + st.steps - 1;
@@ -79,7 +82,10 @@ static void entry_text(const struct entry *e)
 		printf("crashed (signal %d); ", e->crash_signal);
 	else if (!e->live)
 		printf("ended (an exit or a kill: the log cannot tell); ");
-	if (e->restorable)
+	if (e->restorable && e->kv_partial)
+		printf("last decode window %" PRIu64 " (steps %" PRIu64 "-%" PRIu64 ") is KV-partial: "
+		       "a restore refuses it\n", e->window, e->first_step, e->last_step);
+	else if (e->restorable)
 		printf("restorable: window %" PRIu64 ", steps %" PRIu64 "-%" PRIu64
 		       ", resume at step %" PRIu64 "\n", e->window, e->first_step, e->last_step,
 		       e->last_step + 1);
@@ -103,8 +109,9 @@ static void entry_json(struct json *j, const struct entry *e)
 	json_kv_u64(j, "started_ns", e->started_ns);
 	if (e->crash_signal)
 		json_kv_i64(j, "crash_signal", e->crash_signal);
-	json_kv_bool(j, "restorable", e->restorable);
+	json_kv_bool(j, "restorable", e->restorable && !e->kv_partial);
 	if (e->restorable) {
+		json_kv_bool(j, "kv_partial", e->kv_partial);
 		json_kv_u64(j, "window", e->window);
 		json_kv_u64(j, "first_step", e->first_step);
 		json_kv_u64(j, "last_step", e->last_step);
@@ -161,7 +168,7 @@ static int ls(const struct cli_command *cmd, int argc, char **argv)
 		cli_path_opt(&o, "DIR", argv[i], 0);
 	if ((ret = cli_parse_done(&o)))
 		return ret;
-	cli_default_dir(def, sizeof def);
+	logname_default_dir(def, sizeof def);
 	ndirs = argc - optind;
 	if (o.json) {
 		json_init(&j, stdout);

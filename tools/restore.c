@@ -1056,17 +1056,21 @@ static void restore_free(struct restore *rs);
 /*
  * No --wal: CMD's own log in the preload's default directory, ROLE.DEVICE.wal
  * with ROLE the name CMD's process starts with (logname.h).  One found is
- * rs->wal; with none, rs->wal is the directory and *fresh 2 (nothing to
- * restore: CMD starts fresh and logs in it); several (one per device) are
- * refused.  0, or the exit status of the failure reported.
+ * rs->wal.  With none, rs->wal is the directory and *fresh 2 (CMD starts
+ * fresh and logs in it), but only when the directory holds no log at all or
+ * --force-fresh says so: a CMD whose process renames itself (a wrapper, a
+ * process title) finds none of its own, and must not start over a crashed
+ * log it would then take for its own.  Several of CMD's (one per device)
+ * are refused too.  0, or the exit status of the failure reported.
  */
 static int own_log(struct restore *rs, char *wal, size_t len, int *fresh)
 {
-	char dir[PATH_MAX], role[64], msg[PATH_MAX + 128];
-	size_t i, found = 0, n;
+	char dir[PATH_MAX], role[64], theirs[64], msg[PATH_MAX + 128], *list = NULL;
+	size_t i, found = 0, listed = 0;
 	struct logset set;
+	int ret = 0;
 
-	cli_default_dir(dir, sizeof dir);
+	logname_default_dir(dir, sizeof dir);
 	snprintf(wal, len, "%s", dir);
 	rs->wal = wal;
 	logname_role_of(rs->cmdv[0], role, sizeof role);
@@ -1074,31 +1078,47 @@ static int own_log(struct restore *rs, char *wal, size_t len, int *fresh)
 		goto none;
 	if (logset_open(&set, dir, msg, sizeof msg) < 0)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s", msg);
-	n = strlen(role);
 	for (i = 0; i < set.n; i++) {
 		const char *name = strrchr(set.paths[i], '/') + 1;
 
-		if (!strncmp(name, role, n) && name[n] == '.' && found++ == 0)
+		if (logname_role_of_file(name, theirs, sizeof theirs) == 0 && !strcmp(theirs, role) &&
+		    found++ == 0)
 			snprintf(wal, len, "%s", set.paths[i]);
 	}
-	logset_free(&set);
+	/* The logs there, for a refusal to name. */
+	if (found != 1 && set.n && (list = malloc(set.n * (NAME_MAX + 2) + 1))) {
+		list[0] = '\0';
+		for (i = 0; i < set.n && listed < 8; i++, listed++)
+			strcat(strcat(list, " "), strrchr(set.paths[i], '/') + 1);
+	}
 	if (found > 1)
-		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%zu logs of %s (%s.*.wal, one per "
-				"device) in %s: name the one to restore with --wal", found, role, role,
-				dir);
-	if (strlen(wal) + sizeof ".restore" > PATH_MAX)
-		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s: path too long", wal);
+		ret = cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%zu logs of %s (one per device) in %s:"
+			       "%s; name the one to restore with --wal", found, role, dir,
+			       list ? list : "");
+	else if (!found && set.n && *fresh != 1)
+		ret = cli_fail(rs->cmd, rs->json, EXIT_USAGE, "no log of %s in %s, which holds%s%s: "
+			       "name the one to restore with --wal (a command that renames its "
+			       "process logs under its new name), or start %s fresh with "
+			       "--force-fresh", role, dir, list ? list : " logs",
+			       set.n > listed ? " ..." : "", rs->cmdv[0]);
+	free(list);
+	logset_free(&set);
+	if (ret)
+		return ret;
 	if (found) {
+		if (strlen(wal) + sizeof ".restore" > PATH_MAX)
+			return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s: path too long", wal);
 		fprintf(stderr, "moeft restore: restoring %s, the log of %s\n", wal, role);
 		return 0;
 	}
 none:
-	fprintf(stderr, "moeft restore: %s holds no log of %s: nothing to restore, starting %s "
-		"fresh\n", dir, role, rs->cmdv[0]);
+	if (*fresh != 1)
+		fprintf(stderr, "moeft restore: %s holds no log of %s: nothing to restore, "
+			"starting %s fresh\n", dir, role, rs->cmdv[0]);
 	/* The slash makes it a directory for CMD's preload, made or not. */
 	if (snprintf(wal, len, "%s/", dir) >= (int)len)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s: path too long", dir);
-	*fresh = 2;
+	*fresh = *fresh ? *fresh : 2;
 	return 0;
 }
 
@@ -1181,7 +1201,7 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 	const char *lib = NULL;
 	struct logset set;
 	struct stat st;
-	int c, ret, fresh = 0;
+	int c, ret, own, fresh = 0;
 
 	while ((c = cli_getopt(&o, argc, argv, opts)) != -1) {
 		switch (c) {
@@ -1219,10 +1239,11 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 	if ((ret = cli_parse_done(&o)))
 		return ret;
 	rs.json = o.json;
-	if (!rs.wal && (ret = own_log(&rs, wal, sizeof wal, &fresh)))
+	own = !rs.wal;
+	if (own && (ret = own_log(&rs, wal, sizeof wal, &fresh)))
 		return ret;
-	if (fresh == 2)
-		set = (struct logset){ 0 };
+	if (own)
+		set = (struct logset){ 0 };	/* rs.wal is what to give CMD */
 	else if (logset_open(&set, rs.wal, msg, sizeof msg) < 0)
 		return cli_fail(cmd, rs.json, EXIT_USAGE, "--wal %s", msg);
 	if (set.dir && !rs.cmdv) {
@@ -1250,7 +1271,7 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 		fresh = 2;
 	}
 	logset_free(&set);
-	if (fresh != 2 && stat(rs.wal, &st) < 0) {
+	if (!(own && fresh) && stat(rs.wal, &st) < 0) {
 		if (errno != ENOENT || !rs.cmdv)
 			return cli_fail(cmd, rs.json, EXIT_USAGE, "--wal %s: %s", rs.wal,
 					strerror(errno));

@@ -3,6 +3,7 @@
  */
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -14,6 +15,62 @@ void logname_clean(char *s)
 	for (; *s; s++)
 		if (!isalnum((unsigned char)*s) && *s != '.' && *s != '_' && *s != '-')
 			*s = '_';
+}
+
+/* Login name of uid from /etc/passwd, or "" when it is not listed there. */
+static void passwd_name(uid_t uid, char *out, size_t len)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	FILE *f;
+
+	out[0] = '\0';
+	if (!(f = fopen("/etc/passwd", "re")))
+		return;
+	while (getline(&line, &cap, f) > 0) {
+		char *name = line, *pw, *id, *end;
+		unsigned long v;
+
+		if (!(pw = strchr(name, ':')) || !(id = strchr(pw + 1, ':')))
+			continue;
+		*pw = '\0';
+		v = strtoul(id + 1, &end, 10);
+		if (end != id + 1 && *end == ':' && v == uid) {
+			snprintf(out, len, "%s", name);
+			break;
+		}
+	}
+	free(line);
+	fclose(f);
+}
+
+void logname_default_dir(char *out, size_t len)
+{
+	char user[64];
+	uid_t uid = geteuid();
+
+	passwd_name(uid, user, sizeof user);
+	if (!user[0])
+		snprintf(user, sizeof user, "%u", (unsigned)uid);
+	logname_clean(user);
+	snprintf(out, len, "/dev/shm/moeft-%s", user);
+}
+
+int logname_role_of_file(const char *name, char *out, size_t len)
+{
+	size_t n = strlen(name);
+	const char *dot;
+
+	if (n <= 4 || strcmp(name + n - 4, ".wal"))
+		return -1;
+	n -= 4;
+	/* The last '.' of the stem ends the role. */
+	for (dot = name + n; dot > name && dot[-1] != '.'; dot--)
+		;
+	if (dot <= name + 1)
+		return -1;
+	snprintf(out, len, "%.*s", (int)(dot - 1 - name), name);
+	return 0;
 }
 
 /* name as a role: "." and ".." would name no file of ours, "" none. */
@@ -64,6 +121,10 @@ int logname_in_dir(char *path, size_t len, const char *device, char *err, size_t
 	logname_role(role, sizeof role);
 	snprintf(dev, sizeof dev, "%s", device);
 	logname_clean(dev);
+	/* No '.' in it: the role is what precedes the name's last one. */
+	for (char *p = dev; *p; p++)
+		if (*p == '.')
+			*p = '_';
 	if ((size_t)snprintf(path + n, len - n, "/%s.%s.wal", role, dev) >= len - n) {
 		path[n] = '\0';
 		snprintf(err, errlen, "%s: the log's path in it is longer than %zu bytes", path,

@@ -19,6 +19,16 @@
 /* s with every byte but [A-Za-z0-9._-] made '_': fit for a file name. */
 void logname_clean(char *s);
 
+/* The preload's default directory of logs, /dev/shm/moeft-USER: USER the
+ * login name in /etc/passwd (never NSS, which would load modules into a
+ * server), else the uid; cleaned.  The CLI finds the logs there by it. */
+void logname_default_dir(char *out, size_t len);
+
+/* The role in a log's file name in a directory (ROLE.DEVICE.wal; a
+ * device name holds no '.'): 0 with it in out, or -1 when name is not of
+ * that form. */
+int logname_role_of_file(const char *name, char *out, size_t len);
+
 /* The process's name as the kernel knows it (/proc/self/comm, which a
  * process title sets), cleaned; "unknown" when there is none. */
 void logname_role(char *out, size_t len);

@@ -63,7 +63,7 @@ run() {
 # No configuration at all: the default log, window 16, the profile found
 # by itself.  (The default is a directory per user, a log per process
 # name and device in it; the fixture's device is at PCI 0000:3b:00.0.)
-default=/dev/shm/moeft-$(id -un | tr -c 'A-Za-z0-9._\n-' _)/serve.0000_3b_00.0.wal
+default=/dev/shm/moeft-$(id -un | tr -c 'A-Za-z0-9._\n-' _)/serve.0000_3b_00_0.wal
 rm -f "$default" "$default.kv"
 "$serve" --mode=graph >"$dir/default.plain"
 env -u MOEFT_WAL -u MOEFT_WINDOW -u MOEFT_PROFILE -u MOEFT_LOG LD_PRELOAD="$lib" \

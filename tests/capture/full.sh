@@ -46,4 +46,8 @@ tracked=$(python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["
 	"$dir/r/manifest.json")
 [ "$tracked" -gt 0 ] && [ "${untracked:-x}" = $((layers - tracked)) ] ||
 	fail "summary: kv_pools_untracked=${untracked:-none}, but $tracked of $layers pools tracked"
+# moeft ls does not call that window restorable.
+"$moeft" ls "$dir" >"$dir/ls.txt" || fail "ls: $(cat "$dir/ls.txt")"
+grep -q "^    .*; last decode window [0-9]* (steps [0-9]*-[0-9]*) is KV-partial: a restore refuses it$" \
+	"$dir/ls.txt" || fail "ls of the KV-partial log: $(cat "$dir/ls.txt")"
 echo "capture full.sh: $tracked pools tracked, $untracked untracked, each failure said once"
