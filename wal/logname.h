@@ -7,7 +7,8 @@
  * directory, named by what the process is and the device it works on:
  * ROLE.DEVICE.wal.  A pid would change with every restart; these do not,
  * so the processes of a restarted server find their own logs again, and
- * two workers of one server never share one.  The file is made at the
+ * two workers of one server on two GPUs never share one (two MIG
+ * instances of one GPU share its PCI bus id, hence a name).  The file is made at the
  * preload's start (the first CUDA call it records), so a process that
  * records nothing creates nothing.
  */
