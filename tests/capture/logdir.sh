@@ -15,7 +15,9 @@ set -u
 lib=$1 serve=$2 moeft=$3
 dir=$(mktemp -d)
 export MOEFT_WAL_SIZE=16M
-trap 'chmod -R u+w "$dir"; rm -rf "$dir"' EXIT
+pid=
+# A failing check must not leave the background writer running.
+trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; chmod -R u+w "$dir"; rm -rf "$dir"' EXIT
 # The fixture's one device sits at PCI bus id 0000:3b:00.0.
 dev=0000_3b_00_0
 
@@ -175,8 +177,9 @@ grep -q "^{\"logs\":\[{\"path\":\"$dir/ls/alpha.$dev.wal\",\"status\":\"ended\",
 	"$dir/ls.json" || fail "ls with a live writer: $(cat "$dir/ls.json")"
 kill -SEGV $pid
 wait $pid
+crashed=$pid pid=
 "$moeft" ls "$dir/ls" >"$dir/ls.txt" || fail "ls: $(cat "$dir/ls.txt")"
-grep -q "^    no writer; epoch 1, pid $pid, started .*; crashed (signal 11); restorable: window [0-9]*, steps [0-9]*-[0-9]*, resume at step [0-9]*$" \
+grep -q "^    no writer; epoch 1, pid $crashed, started .*; crashed (signal 11); restorable: window [0-9]*, steps [0-9]*-[0-9]*, resume at step [0-9]*$" \
 	"$dir/ls.txt" || fail "ls after a crash: $(cat "$dir/ls.txt")"
 grep -q "^    no writer; epoch 1, pid [0-9]*, started .*; ended (an exit or a kill: the log cannot tell); restorable: window [0-9]*, steps 16-31, resume at step 32$" \
 	"$dir/ls.txt" || fail "ls of an ended run: $(cat "$dir/ls.txt")"
