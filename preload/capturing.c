@@ -383,6 +383,15 @@ void capture_graph_launch(void *stream)
 		tick(stream, CLK_GRAPH, 0, NULL, &t);
 }
 
+void capture_began(void *stream)
+{
+	if (!atomic_load_explicit(&cap.on, memory_order_acquire))
+		return;
+	pthread_mutex_lock(&cap.lock);
+	clk_capture_begin(cap.clock, (uintptr_t)stream);
+	pthread_mutex_unlock(&cap.lock);
+}
+
 void capture_stats(struct capture_stats *st, struct wa_stats *win)
 {
 	st->gaps = atomic_load_explicit(&cap.gaps, memory_order_relaxed);

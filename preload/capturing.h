@@ -62,6 +62,9 @@ void capture_after(const struct capture_after *after);
 /* A graph is about to be launched on stream (a step starts there). */
 void capture_graph_launch(void *stream);
 
+/* A stream capture began on stream: its routing layers count from 0. */
+void capture_began(void *stream);
+
 /*
  * The calling thread's wait for the GPU returned.  When a boundary is in
  * flight and its snapshot is done on the device, what the application

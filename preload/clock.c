@@ -207,6 +207,16 @@ static void hit_live(struct clock *c, struct lane *l, int kind, uint64_t key, ui
 	t->step = (uint64_t)l->step;
 }
 
+void clk_capture_begin(struct clock *c, uint64_t lane)
+{
+	struct lane *l = lane_of(c, lane);
+
+	if (l) {
+		l->captured = (struct count){ 0 };
+		l->capturing = 1;
+	}
+}
+
 int clk_hit(struct clock *c, uint64_t lane, int kind, uint64_t key, uint64_t rows,
 	    int capturing, const struct clk_thread *th, struct clk_tick *t)
 {

@@ -89,4 +89,8 @@ int64_t clk_step(const struct clock *c);
  * last + 1, and entering it ends no window. */
 void clk_resume(struct clock *c, uint64_t last);
 
+/* A stream capture began on lane: its ordinals count from 0 again, also
+ * when the lane's last capture ended with no launch outside one since. */
+void clk_capture_begin(struct clock *c, uint64_t lane);
+
 #endif

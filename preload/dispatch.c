@@ -137,10 +137,12 @@ static void ev_graph_launch(void *stream)
 	capture_graph_launch(stream);
 }
 
-static void ev_capture(int begin)
+static void ev_capture(int begin, void *stream)
 {
 	atomic_fetch_add_explicit(begin ? &dp.capture_begin : &dp.capture_end, 1,
 				  memory_order_relaxed);
+	if (begin)
+		capture_began(stream);
 }
 
 const struct shim_events shim_events_above = {

@@ -86,10 +86,10 @@ struct shim_events {
 	int (*launch)(const struct shim_launch *l);
 	void (*launched)(void);
 	/* A graph is about to be launched on stream; a stream capture began
-	 * (1) or ended (0); the calling thread's wait for the GPU returned (a
-	 * stream or event synchronize). */
+	 * (1) or ended (0) on stream; the calling thread's wait for the GPU
+	 * returned (a stream or event synchronize). */
 	void (*graph_launch)(void *stream);
-	void (*capture)(int begin);
+	void (*capture)(int begin, void *stream);
 	void (*sync)(void);
 	/* One line of the shim's own (a missing real symbol, a full cache). */
 	void (*log)(int level, const char *line);

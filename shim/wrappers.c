@@ -198,7 +198,7 @@ static void ev_cudaStreamBeginCapture(const struct shim_call *c, cudaStream_t st
 				      enum cudaStreamCaptureMode mode)
 {
 	if (OK_AFTER(c))
-		shim_events_above.capture(1);
+		shim_events_above.capture(1, stream);
 }
 #define ev_cudaStreamBeginCapture_ptsz ev_cudaStreamBeginCapture
 
@@ -206,7 +206,7 @@ static void ev_cudaStreamEndCapture(const struct shim_call *c, cudaStream_t stre
 				    cudaGraph_t *pGraph)
 {
 	if (OK_AFTER(c))
-		shim_events_above.capture(0);
+		shim_events_above.capture(0, stream);
 }
 #define ev_cudaStreamEndCapture_ptsz ev_cudaStreamEndCapture
 

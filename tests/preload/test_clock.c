@@ -224,6 +224,15 @@ static void test_capture_and_graphs(void)
 	/* A second capture on A starts its ordinals again. */
 	t = hit(c, A, CLK_ROUTING, 0x900, 1);
 	CU_ASSERT_EQUAL(t.layer, 0);
+	/* So does one that begins right after another, with no launch outside
+	 * a capture between them (PyTorch's make_graphed_callables). */
+	t = hit(c, A, CLK_ROUTING, 0x900, 1);
+	CU_ASSERT_EQUAL(t.layer, 1);
+	clk_capture_begin(c, A);
+	for (l = 0; l < 3; l++) {
+		t = hit(c, A, CLK_ROUTING, 0x900, 1);
+		CU_ASSERT_EQUAL(t.layer, l);
+	}
 	clk_destroy(c);
 }
 
