@@ -468,7 +468,7 @@ static int write_heatmap(const struct cli_command *cmd, int json, const struct r
 /*
  * One log: its text, or its JSON object into j.  Damage is shown, not an
  * exit status: only a log that cannot be recovered at all fails, said on
- * stderr (in a directory's JSON as the log's own {"status":"error"}).
+ * stderr (in a directory's JSON as the log's own report_failed_json object).
  * Returns the log's exit status.
  */
 static int inspect_one(const struct cli_command *cmd, const char *path, int records,
@@ -483,11 +483,7 @@ static int inspect_one(const struct cli_command *cmd, const char *path, int reco
 		if (!in_set || !j)
 			return cli_fail(cmd, j != NULL, report_load_exit(ret), "%s", err.msg);
 		fprintf(stderr, "moeft %s: %s\n", cmd->name, err.msg);
-		json_obj_begin(j);
-		json_kv_str(j, "status", "error");
-		json_kv_str(j, "path", path);
-		json_kv_str(j, "error", err.msg);
-		json_obj_end(j);
+		report_failed_json(j, path, ret, err.msg);
 		return report_load_exit(ret);
 	}
 	if (scan(&rp, &s) < 0)

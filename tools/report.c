@@ -124,6 +124,15 @@ void report_text(const struct report *rp, FILE *f)
 		cli_row(f, "warning", "%s", rec->notes[i]);
 }
 
+void report_failed_json(struct json *j, const char *path, int status, const char *msg)
+{
+	json_obj_begin(j);
+	json_kv_str(j, "status", status == WAL_ECORRUPT ? "damaged" : "error");
+	json_kv_str(j, "path", path);
+	json_kv_str(j, "error", msg);
+	json_obj_end(j);
+}
+
 void report_json(const struct report *rp, struct json *j)
 {
 	const struct wal_recovery *rec = rp->rec;

@@ -39,4 +39,9 @@ void report_text(const struct report *rp, FILE *f);
 /* The same facts as members of the JSON object being written. */
 void report_json(const struct report *rp, struct json *j);
 
+/* The JSON object of a log report_load failed on with status: "damaged"
+ * when it is a moeft log with neither superblock nor checkpoint intact (as
+ * the exit status says), else "error". */
+void report_failed_json(struct json *j, const char *path, int status, const char *msg);
+
 #endif

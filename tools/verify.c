@@ -13,18 +13,6 @@
 #include "logset.h"
 #include "report.h"
 
-/* The JSON of a log that cannot be verified: "damaged" when it is a moeft
- * log with neither superblock nor checkpoint intact (as the exit status
- * says), else "error". */
-static void failed_json(struct json *j, const char *path, int status, const char *msg)
-{
-	json_obj_begin(j);
-	json_kv_str(j, "status", status == WAL_ECORRUPT ? "damaged" : "error");
-	json_kv_str(j, "path", path);
-	json_kv_str(j, "error", msg);
-	json_obj_end(j);
-}
-
 /*
  * Verify one log, printing its text, or with json its JSON object: into
  * set, the array of a directory's logs, else as the whole output.  A log
@@ -49,7 +37,7 @@ static int verify_one(const struct cli_command *cmd, const char *path, int json,
 		if (!json || (set == &j && code != EXIT_BAD))
 			return cli_fail(cmd, json, code, "%s", err.msg);
 		fprintf(stderr, "moeft %s: %s\n", cmd->name, err.msg);
-		failed_json(set, path, ret, err.msg);
+		report_failed_json(set, path, ret, err.msg);
 		return code;
 	}
 	if (json) {
