@@ -105,12 +105,14 @@
 #define NGROUPS 2
 #define ROW_THREADS 128 /* block size of the one-block-per-row kernels */
 
+enum kv_init { KV_FILL, KV_MEMSET, KV_NAN };	/* --kv-init */
+
 struct opts {
 	unsigned layers, experts, topk, hidden, kv_heads, seqs, steps, vocab, threads;
 	uint32_t seed;
 	int graph;  /* --mode=graph */
 	int kv_one; /* --kv-layout=one */
-	int kv_memset; /* --kv-init=memset */
+	enum kv_init kv_init;
 	int capture_side; /* --capture=side */
 	const char *truth, *journal;
 };
@@ -221,8 +223,10 @@ static void usage(FILE *f)
 		"  --mode=eager|graph        launch every kernel, or replay a CUDA graph (eager)\n"
 		"  --threads=1|2             host threads driving the two streams (1)\n"
 		"  --kv-layout=one|per-layer one KV allocation, or one per layer (per-layer)\n"
-		"  --kv-init=fill|memset     zero the KV pools with a kernel or with\n"
-		"                            cudaMemsetAsync, no launch (fill)\n"
+		"  --kv-init=fill|memset|nan zero the KV pools with a kernel or with\n"
+		"                            cudaMemsetAsync, no launch, or fill them\n"
+		"                            with NaN by a kernel, as a debug allocator\n"
+		"                            would (fill)\n"
 		"  --capture=same|side       graph mode: capture on the replay stream or on\n"
 		"                            a side stream (same)\n"
 		"  --truth=PATH     write the ground truth there\n"
@@ -255,6 +259,18 @@ static int choice_arg(const char *name, const char *arg, const char *no, const c
 	if (strcmp(arg, yes) == 0)
 		return 1;
 	die(2, "--%s=%s: want %s or %s (try --help)", name, arg, no, yes);
+}
+
+static enum kv_init kv_init_arg(const char *arg)
+{
+	static const char *const names[] = { [KV_FILL] = "fill", [KV_MEMSET] = "memset",
+					     [KV_NAN] = "nan" };
+	unsigned i;
+
+	for (i = 0; i < sizeof names / sizeof *names; i++)
+		if (strcmp(arg, names[i]) == 0)
+			return (enum kv_init)i;
+	die(2, "--kv-init=%s: want fill, memset or nan (try --help)", arg);
 }
 
 static void parse_opts(int argc, char **argv, struct opts *o)
@@ -298,7 +314,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case 'm': o->graph = choice_arg("mode", optarg, "eager", "graph"); break;
 		case 't': o->threads = num_arg("threads", optarg, 1, 2); break;
 		case 'l': o->kv_one = choice_arg("kv-layout", optarg, "per-layer", "one"); break;
-		case 'i': o->kv_memset = choice_arg("kv-init", optarg, "fill", "memset"); break;
+		case 'i': o->kv_init = kv_init_arg(optarg); break;
 		case 'c': o->capture_side = choice_arg("capture", optarg, "same", "side"); break;
 		case 'T': o->truth = optarg; break;
 		case 'J': o->journal = optarg; break;
@@ -425,8 +441,8 @@ static void launch(cudaStream_t stream, enum serve_kernel k, unsigned grid, unsi
 	CU(cudaLaunchKernel(serve_kernel_fn(k), gd, bd, args, 0, stream));
 }
 
-/* The KV pool, zeroed by a fill kernel like torch.zeros; group 1's stream
- * must not write it before that, hence the event. */
+/* The KV pool, zeroed by a fill kernel like torch.zeros (or filled with
+ * NaN); group 1's stream must not write it before that, hence the event. */
 static void pool_init(struct serve *sv)
 {
 	const struct opts *o = &sv->o;
@@ -440,11 +456,11 @@ static void pool_init(struct serve *sv)
 	for (a = 0; a < sv->npool_alloc; a++) {
 		void *dst = dev_alloc(bytes);
 		uint64_t words = bytes / sizeof(uint32_t), grid = (words + 255) / 256;
-		uint32_t zero = 0;
-		void *args[] = { &dst, &words, &zero };
+		uint32_t word = o->kv_init == KV_NAN ? 0x7fc00000u : 0;
+		void *args[] = { &dst, &words, &word };
 
 		sv->pool_alloc[a] = dst;
-		if (o->kv_memset)
+		if (o->kv_init == KV_MEMSET)
 			CU(cudaMemsetAsync(dst, 0, bytes, sv->g[0].stream));
 		else
 			launch(sv->g[0].stream, SK_FILL, grid < 1024 ? (unsigned)grid : 1024, 256,

@@ -113,6 +113,11 @@ struct kv_snap_args {
 /* Host reference of moeft_kv_snapshot (same effect; chunks in any order). */
 void kv_snapshot_ref(const struct kv_snap_args *a);
 
+/* The chunk size of a pool of `bytes` that nothing else sizes (MOEFT_KV
+ * block=): 4 KiB, doubled while the pool has more than 2^16 chunks, up to
+ * 64 KiB. */
+uint64_t kv_default_chunk(uint64_t bytes);
+
 /* The hash of len bytes at p (len <= KVSNAP_MAX_CHUNK), and of len zeros. */
 uint64_t kv_chunk_hash(const void *p, uint64_t len);
 uint64_t kv_zero_hash(uint64_t len);

@@ -1,12 +1,29 @@
 /*
  * kvsnap_host.c - the host's side of the KV snapshot: the chunk hash (the
- * kernel's own algorithm text, kvsnap_algo.h) and the staging area's
- * setup.  Linked into the preload, which sets up staging and pools, and
+ * kernel's own algorithm text, kvsnap_algo.h), the default chunk size
+ * and the staging area's setup.  Linked into the preload, which sets up staging and pools, and
  * into the host reference.
  */
 #include <string.h>
 
 #include "kvsnap_algo.h"
+
+/*
+ * Small chunks keep a window's bytes near the bytes its tokens wrote: a
+ * StaticCache's [batch, head, position, dim] layout puts one token's K in
+ * a chunk per (batch, head) row, so 64 KiB chunks moved 16 times the bytes
+ * of a 16-step window.  Each chunk costs 8 bytes of sums, which every
+ * snapshot reads and writes, and about 100 of staging: the bound keeps
+ * that small beside the pool's own bytes.
+ */
+uint64_t kv_default_chunk(uint64_t bytes)
+{
+	uint64_t c = KVSNAP_MIN_CHUNK;
+
+	while (c < (64u << 10) && bytes > c << 16)
+		c *= 2;
+	return c;
+}
 
 uint64_t kv_chunk_hash(const void *p, uint64_t len)
 {

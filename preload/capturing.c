@@ -132,7 +132,7 @@ static void *consumer(void *arg)
 			      busy = { 0, CAP_POLL_NS / CAP_POLL_BUSY_DIVISOR };
 	int r, reclaimed = 0;
 
-	shim_dev_bind_thread();	/* for its event queries */
+	shim_dev_bind_thread(NULL);	/* for its event queries */
 	while (!atomic_load_explicit(&cap.stop, memory_order_acquire)) {
 		pthread_mutex_lock(&cap.drain_lock);
 		if ((r = drain()) == 0 && snap_done() && (r = drain()) == 0 &&

@@ -312,7 +312,7 @@ static int load_selector(struct kv_selector *sel, char *item, unsigned nr,
 	snprintf(shown, sizeof shown, "%s", item);
 	snprintf(what, sizeof what, "MOEFT_KV selector %u", nr);
 	sel->ordinal = -1;
-	sel->block = CONFIG_KV_BLOCK_DEFAULT;
+	sel->block = 0;
 	for (field = strtok_r(item, ",", &save); field; field = strtok_r(NULL, ",", &save)) {
 		char *key = trim(field), *val = strchr(key, '=');
 		unsigned bit;
@@ -358,7 +358,7 @@ static int load_selector(struct kv_selector *sel, char *item, unsigned nr,
 	}
 	if (!(seen & 1))
 		return bad(err, errlen, what, shown, "size= is required");
-	if (sel->block > sel->size)
+	if (sel->block && sel->block > sel->size)
 		return bad(err, errlen, what, shown, "block (%s) is larger than size (%s)",
 			   fmt_bytes(sel->block, bbuf, sizeof bbuf),
 			   fmt_bytes(sel->size, sbuf, sizeof sbuf));

@@ -15,11 +15,10 @@
 
 #define CONFIG_KV_MAX 16         /* selectors in MOEFT_KV */
 #define CONFIG_KV_TEXT_MAX 1024  /* bytes of MOEFT_KV, NUL included */
-#define CONFIG_KV_BLOCK_DEFAULT (64u << 10)
 
 /* One MOEFT_KV selector: device allocations of exactly `size` bytes (only
  * the ordinal-th of them, 0-based, unless ordinal is -1) are KV pools made
- * of `block`-byte blocks. */
+ * of `block`-byte blocks (0: kv_default_chunk of the pool's size). */
 struct kv_selector {
 	uint64_t size;
 	int32_t ordinal;

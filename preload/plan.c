@@ -119,6 +119,7 @@ static struct restore_pool *more(struct restore_plan *p, unsigned *cap)
 	}
 	q = &p->pools[p->npools];
 	memset(q, 0, sizeof *q);
+	q->fd = -1;
 	return q;
 }
 

@@ -52,7 +52,8 @@ struct restore_pool {
 	uint64_t fingerprint, size, chunk_bytes;
 	char file[RESTORE_NAME_MAX];
 	/* Restore mode's, not the file's: */
-	const void *image;            /* mapped by restore_plan_load */
+	int fd;                       /* the image, opened by restore_plan_load;
+					 -1 until then */
 	uint64_t base;                /* the matching allocation; 0: none yet */
 };
 

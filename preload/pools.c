@@ -37,16 +37,6 @@ void pools_init(struct kvs *kvs, const struct kv_selector *kv, unsigned nkv)
 	po.nkv = nkv;
 }
 
-/* Chunks of `block` bytes, or fewer for a small pool. */
-static uint64_t chunk_for(uint64_t size, uint64_t block)
-{
-	uint64_t c = KVSNAP_MIN_CHUNK;
-
-	while (c < block && c < size)
-		c *= 2;
-	return c;
-}
-
 static int was_refused(uint64_t alloc_id)
 {
 	unsigned n = atomic_load_explicit(&po.nrefused, memory_order_relaxed);
@@ -126,7 +116,7 @@ void pools_of_hit(const struct rule_hit *h)
 
 	for (i = 0; i < h->npool; i++)
 		if (allocs_find(h->pool[i], &a) == 0)
-			add_pool(&a, chunk_for(a.size, CONFIG_KV_BLOCK_DEFAULT));
+			add_pool(&a, kv_default_chunk(a.size));
 }
 
 void pools_of_alloc(const struct alloc_info *a)
@@ -139,7 +129,7 @@ void pools_of_alloc(const struct alloc_info *a)
 		if (k->size != a->size)
 			continue;
 		if (k->ordinal < 0 || po.seen[i] == (unsigned)k->ordinal)
-			add_pool(a, k->block);
+			add_pool(a, k->block ? k->block : kv_default_chunk(a->size));
 		po.seen[i]++;
 	}
 }

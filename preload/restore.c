@@ -1,6 +1,6 @@
 /*
- * restore.c - restore mode (restore.h): loading the plan (plan.h) and the
- * pool images, matching allocations.
+ * restore.c - restore mode (restore.h): loading the plan (plan.h), opening
+ * the pool images, matching allocations.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -8,49 +8,42 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "restore.h"
 
-/* Map dir/file read-only; it must hold exactly size bytes. */
-static const void *map_image(const char *dir, const char *file, uint64_t size, char *err,
-			     size_t errlen)
+/* Open dir/file to read: a regular file of exactly size bytes.  The
+ * descriptor, or -1 with err set. */
+static int open_image(const char *dir, const char *file, uint64_t size, char *err,
+		      size_t errlen)
 {
 	char path[PATH_MAX];
 	struct stat st;
-	void *m;
 	int fd;
 
 	if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path) {
 		snprintf(err, errlen, "%s/%s: path too long", dir, file);
-		return NULL;
+		return -1;
 	}
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &st) < 0) {
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0 || fstat(fd, &st) < 0) {
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
 		if (fd >= 0)
 			close(fd);
-		return NULL;
+		return -1;
 	}
 	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != size) {
 		snprintf(err, errlen, "%s: not a file of %llu bytes", path, (unsigned long long)size);
 		close(fd);
-		return NULL;
+		return -1;
 	}
-	m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-	close(fd);
-	if (m == MAP_FAILED) {
-		snprintf(err, errlen, "%s: mmap: %s", path, strerror(errno));
-		return NULL;
-	}
-	return m;
+	return fd;
 }
 
-/* The text of the plan at path, NUL-terminated, in a new buffer: NULL
- * with err set when it cannot be read, or is too long or binary. */
-/* The whole plan file, read to its end (a plan has no count of its pools:
- * a short read would drop some), NUL-terminated. */
+/* The text of the plan at path, read to its end (a plan has no count of
+ * its pools: a short read would drop some), NUL-terminated, in a new
+ * buffer: NULL with err set when it cannot be read, or is too long or
+ * binary. */
 static char *read_plan(const char *path, char *err, size_t errlen)
 {
 	size_t n = 0;
@@ -106,10 +99,10 @@ int restore_plan_load(const char *path, struct restore_plan *p, char *err, size_
 		return -1;
 	}
 	for (i = 0; i < p->npools; i++)
-		if (!(p->pools[i].image = map_image(dir, p->pools[i].file, p->pools[i].size, err,
-						    errlen))) {
+		if ((p->pools[i].fd = open_image(dir, p->pools[i].file, p->pools[i].size, err,
+						 errlen)) < 0) {
 			while (i--)
-				munmap((void *)p->pools[i].image, p->pools[i].size);
+				close(p->pools[i].fd);
 			restore_plan_free(p);
 			return -1;
 		}

@@ -25,10 +25,10 @@
 
 #include "plan.h"
 
-/* Read and parse the plan at path, then map each pool's image (a regular
- * file of exactly the pool's size in the plan's directory): 0, or -1 with
- * one line in err naming the file, and p empty.  Mappings last as long as
- * the process: the copies read them asynchronously. */
+/* Read and parse the plan at path, then open each pool's image (a regular
+ * file of exactly the pool's size in the plan's directory, not a link): 0,
+ * or -1 with one line in err naming the file, and p empty.  The
+ * descriptors stay open for the copies (copyin.h). */
 int restore_plan_load(const char *path, struct restore_plan *p, char *err, size_t errlen);
 
 /* A new allocation: claims the plan's first unclaimed pool of the same

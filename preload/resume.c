@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "copyin.h"
 #include "msg.h"
 #include "plan.h"
 #include "restore.h"
@@ -39,7 +40,8 @@ static struct {
 	 * by the consumer's report and at exit (a copy-in holds the lock for as
 	 * long as the driver takes) */
 	_Atomic(void *) restored;
-	struct timespec t0;        /* when the copies were enqueued */
+	struct timespec t0;        /* when the copies began */
+	struct copyin_stats copied;
 	int reported;              /* the consumer's */
 } rm = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -176,10 +178,8 @@ void resume_alloc(const struct alloc_info *a)
 static void copy_in(void *stream)
 {
 	const struct restore_pool *q = restore_unmatched(&rm.plan);
-	uint64_t bytes = 0;
+	char err[400];
 	void *event;
-	unsigned i;
-	int r;
 
 	if (q)
 		resume_refuse("pool %u of the crashed process (%" PRIu64 " bytes, call site %016"
@@ -187,20 +187,16 @@ static void copy_in(void *stream)
 			      "another model or configuration", q->no, q->size, q->fingerprint,
 			      q->ordinal);
 	clock_gettime(CLOCK_MONOTONIC, &rm.t0);
-	for (i = 0; i < rm.plan.npools; i++) {
-		q = &rm.plan.pools[i];
-		if ((r = shim_dev_copy_to_device(q->base, q->image, q->size, stream)))
-			resume_refuse("copying pool %u in failed (CUresult %d)", q->no, r);
-		bytes += q->size;
-	}
-	if ((r = shim_dev_event(&event)) || (r = shim_dev_record(event, stream)))
-		resume_refuse("cannot record the copies' event (CUresult %d)", r);
+	if (copyin_pools(&rm.plan, stream, &event, &rm.copied, err, sizeof err) < 0)
+		resume_refuse("copying the KV in failed: %s", err);
 	atomic_store_explicit(&rm.restored, event, memory_order_release);
 	atomic_store_explicit(&rm.watching, 0, memory_order_relaxed);
 	shim_watch_launches(0);
 	msg_log(WAL_LOG_INFO, "restore: %u KV pools, %" PRIu64 " bytes of window %" PRIu64
-		" (steps %" PRIu64 "-%" PRIu64 ") enqueued; resuming at step %" PRIu64,
-		rm.plan.npools, bytes, rm.plan.window, rm.plan.first_step, rm.plan.last_step,
+		" (steps %" PRIu64 "-%" PRIu64 ") copied in (reading threads: %u; buffers: %s); "
+		"resuming at step %" PRIu64, rm.plan.npools, rm.copied.data + rm.copied.zero,
+		rm.plan.window, rm.plan.first_step, rm.plan.last_step, rm.copied.threads,
+		rm.copied.pageable ? "pageable, no pinned memory" : "pinned",
 		rm.plan.last_step + 1);
 }
 
@@ -253,17 +249,16 @@ void resume_report(void)
 {
 	void *done = copies();
 	struct timespec t;
-	uint64_t bytes = 0;
+	uint64_t bytes = rm.copied.data + rm.copied.zero;
 	double s;
-	unsigned i;
 
 	if (rm.reported || !done || shim_dev_query(done) != 0)
 		return;
 	rm.reported = 1;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	s = (double)(t.tv_sec - rm.t0.tv_sec) + (double)(t.tv_nsec - rm.t0.tv_nsec) / 1e9;
-	for (i = 0; i < rm.plan.npools; i++)
-		bytes += rm.plan.pools[i].size;
-	msg_log(WAL_LOG_WARN, "restore: %" PRIu64 " bytes of KV restored in %.3f s (%.2f GB/s)",
-		bytes, s, s > 0 ? (double)bytes / s / 1e9 : 0.0);
+	msg_log(WAL_LOG_WARN, "restore: %" PRIu64 " bytes of KV restored in %.3f s (%.2f GB/s): "
+		"%" PRIu64 " bytes of data copied (%.2f GB/s), %" PRIu64 " bytes of zeros set",
+		bytes, s, s > 0 ? (double)bytes / s / 1e9 : 0.0, rm.copied.data,
+		s > 0 ? (double)rm.copied.data / s / 1e9 : 0.0, rm.copied.zero);
 }

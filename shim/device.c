@@ -179,6 +179,14 @@ int shim_dev_stream(void **stream)
 	return create((CUstream *)stream, CU_STREAM_NON_BLOCKING);
 }
 
+void shim_dev_stream_free(void *stream)
+{
+	__typeof__(&cuStreamDestroy_v2) destroy;
+
+	if (REAL(destroy, cuStreamDestroy_v2))
+		destroy((CUstream)stream);
+}
+
 int shim_dev_event(void **event)
 {
 	__typeof__(&cuEventCreate) create;
@@ -186,6 +194,14 @@ int shim_dev_event(void **event)
 	if (!REAL(create, cuEventCreate))
 		return CUDA_ERROR_NOT_FOUND;
 	return create((CUevent *)event, CU_EVENT_DISABLE_TIMING);
+}
+
+void shim_dev_event_free(void *event)
+{
+	__typeof__(&cuEventDestroy_v2) destroy;
+
+	if (REAL(destroy, cuEventDestroy_v2))
+		destroy((CUevent)event);
 }
 
 int shim_dev_record(void *event, void *stream)
@@ -244,12 +260,42 @@ int shim_dev_name(char *out, size_t len)
 	return 0;
 }
 
-void shim_dev_bind_thread(void)
+int shim_dev_sync(void *event)
+{
+	__typeof__(&cuEventSynchronize) sync;
+
+	if (!REAL(sync, cuEventSynchronize))
+		return CUDA_ERROR_NOT_FOUND;
+	return sync((CUevent)event);
+}
+
+int shim_dev_zero(uint64_t dev, size_t len, void *stream)
+{
+	__typeof__(&cuMemsetD8Async) set;
+
+	if (!REAL(set, cuMemsetD8Async))
+		return CUDA_ERROR_NOT_FOUND;
+	return set(dev, 0, len, (CUstream)stream);
+}
+
+void *shim_dev_current(void)
+{
+	__typeof__(&cuCtxGetCurrent) get;
+	CUcontext c = NULL;
+
+	if (!REAL(get, cuCtxGetCurrent) || get(&c) != CUDA_SUCCESS)
+		return NULL;
+	return c;
+}
+
+void shim_dev_bind_thread(void *context)
 {
 	__typeof__(&cuCtxSetCurrent) set;
 	CUstreamCaptureMode mode;
 
-	if (ctx && REAL(set, cuCtxSetCurrent))
-		set(ctx);
+	if (!context)
+		context = ctx;
+	if (context && REAL(set, cuCtxSetCurrent))
+		set((CUcontext)context);
 	relax(&mode);
 }

@@ -147,11 +147,15 @@ int shim_dev_launch(void *fn, unsigned blocks, unsigned threads, void *stream, v
 int shim_dev_host_alloc(size_t len, void **host, uint64_t *dev);
 void shim_dev_host_free(void *host);
 int shim_dev_stream(void **stream);     /* non-blocking */
+void shim_dev_stream_free(void *stream); /* its work still runs */
 int shim_dev_event(void **event);       /* without timing */
+void shim_dev_event_free(void *event);
 int shim_dev_record(void *event, void *stream);
 int shim_dev_wait(void *stream, void *event);
 int shim_dev_query(void *event);        /* 0: done; CUDA_ERROR_NOT_READY */
+int shim_dev_sync(void *event);         /* the host waits for it */
 int shim_dev_copy_to_device(uint64_t dev, const void *src, size_t len, void *stream);
+int shim_dev_zero(uint64_t dev, size_t len, void *stream);
 /* 1 when stream is being captured into a graph, 0 when not, -1 when the
  * driver cannot tell. */
 int shim_dev_capturing(void *stream);
@@ -161,11 +165,13 @@ int shim_dev_capturing(void *stream);
  * CUDA_VISIBLE_DEVICES gives it), else "dev" and its ordinal.  0, or -1
  * when the driver cannot tell. */
 int shim_dev_name(char *out, size_t len);
-/* Make the calling thread, one of moeft's own, a device thread: the
- * context of shim_dev_load current in it, and its capture mode relaxed for
- * good, so that its event queries never invalidate a graph the application
- * is capturing in the global mode (CUDA counts a query as potentially
- * unsafe then, from any thread in that mode). */
-void shim_dev_bind_thread(void);
+/* The calling thread's current context, NULL when it has none. */
+void *shim_dev_current(void);
+/* Make the calling thread, one of moeft's own, a device thread: context
+ * (NULL: the one of shim_dev_load) current in it, and its capture mode
+ * relaxed for good, so that its event queries never invalidate a graph
+ * the application is capturing in the global mode (CUDA counts a query as
+ * potentially unsafe then, from any thread in that mode). */
+void shim_dev_bind_thread(void *context);
 
 #endif

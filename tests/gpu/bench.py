@@ -7,10 +7,12 @@ table headed by the GPU's name:
 - log bytes per token and per decode window (moeft inspect --json; the
   windows and their steps from an offline restore's manifest);
 - restore bandwidth: the preload's copy of the KV images into the restarted
-  process ("moeft: restore: N bytes of KV restored in S s") and the offline
-  restore's write of them (its summary line), against pinned host-to-device
-  copies measured here with torch;
-- RTO with a KV cache of --kv-gib (>= 4 GiB): kill -9 after --kill-after
+  process ("moeft: restore: N bytes of KV restored in S s ...: D bytes of
+  data copied (G GB/s)", the data's rate against pinned host-to-device
+  copies measured here with torch) and the offline restore's write of them
+  (its summary line);
+- RTO with a KV cache of --kv-gib (>= 4 GiB), the prompts filling it but
+  for the decode steps (--rto-prompt-len): kill -9 after --kill-after
   steps, then from `moeft restore -- CMD` starting to the resumed process's
   first token, against a restart that computes everything again (the
   uninterrupted run's start-up, prefill and decode steps up to the resume
@@ -88,14 +90,15 @@ class Bench:
         self.rows.append((measure, figure, goal))
         print("bench: %s: %s %s" % (measure, figure, goal), flush=True)
 
-    def preload_env(self, wal, window, kv_bytes, commit="wait"):
+    def preload_env(self, wal, window, kv_bytes, commit="wait", block=None):
         for p in (wal, wal + ".kv"):
             if os.path.exists(p):
                 os.remove(p)
         shutil.rmtree(wal + ".restore", ignore_errors=True)
         return dict(os.environ, LD_PRELOAD=os.path.abspath(self.a.lib), MOEFT_WAL=wal,
                     MOEFT_WINDOW=str(window), MOEFT_COMMIT=commit, MOEFT_PROFILE="torch",
-                    MOEFT_KV="size=%d" % kv_bytes, MOEFT_LOG="info")
+                    MOEFT_KV="size=%d%s" % (kv_bytes, ",block=" + block if block else ""),
+                    MOEFT_LOG="info")
 
     def generate(self, args, env=None):
         out, err = run(gen(args), env=env)
@@ -113,16 +116,22 @@ class Bench:
             base[mode] = float(fields(out, "times")["tok-s"])
             self.row("decode, %s, without the preload" % mode, "%.0f tok/s" % base[mode])
             # The commit's share: with MOEFT_COMMIT=async no host wait
-            # waits for a window's commit (the RPO bound is lost).
-            for window, commit in ((16, "wait"), (16, "async"), (1, "wait")):
+            # waits for a window's commit (the RPO bound is lost); the
+            # chunk size's: 64 KiB chunks, the default before 4 KiB.
+            runs = [(16, "wait", None), (16, "async", None), (1, "wait", None)]
+            if mode == "graph":
+                runs.append((16, "wait", "64K"))
+            for window, commit, block in runs:
                 wal = os.path.join(self.dir, "tput.wal")
-                out, _ = self.generate(args, self.preload_env(wal, window, self.kv_bytes, commit))
+                out, _ = self.generate(args, self.preload_env(wal, window, self.kv_bytes, commit,
+                                                              block))
                 tps = float(fields(out, "times")["tok-s"])
-                self.row("decode, %s, preload, MOEFT_WINDOW=%d%s" % (
-                             mode, window, ", MOEFT_COMMIT=async" if commit == "async" else ""),
+                self.row("decode, %s, preload, MOEFT_WINDOW=%d%s%s" % (
+                             mode, window, ", MOEFT_COMMIT=async" if commit == "async" else "",
+                             ", chunks of " + block if block else ""),
                          "%.0f tok/s, **%.3fx**" % (tps, tps / base[mode]),
-                         ">= 0.99x" if window == 16 and commit == "wait" else "")
-                if mode == "eager" and window == 16 and commit == "wait":
+                         ">= 0.99x" if (window, commit, block) == (16, "wait", None) else "")
+                if mode == "eager" and (window, commit, block) == (16, "wait", None):
                     self.log_sizes(wal)
 
     def log_sizes(self, wal):
@@ -197,14 +206,16 @@ class Bench:
                                 grep("result .*", fresh_out, "result").group(0)))
         offline = grep(r"moeft restore: window .* ([0-9.]+) s, ([0-9]+) MB/s", err,
                        "offline restore summary")
-        copy = grep(r"restore: ([0-9]+) bytes of KV restored in ([0-9.]+) s \(([0-9.]+) GB/s\)",
+        copy = grep(r"restore: ([0-9]+) bytes of KV restored in ([0-9.]+) s \(([0-9.]+) GB/s\): "
+                    r"([0-9]+) bytes of data copied \(([0-9.]+) GB/s\), ([0-9]+) bytes of zeros",
                     err, "the preload's restore line")
         rto = resumed["first"] - t0
         # Without moeft: start again, prefill, decode steps 1 .. r.
         recompute = fresh["first"] - fresh["start"] + r * step_s
-        self.row("restore copy into the GPU (preload), %.1f GiB" % (int(copy[1]) / (1 << 30)),
-                 "%s GB/s in %s s, **%.2fx** pinned H2D" % (
-                     copy[3], copy[2], float(copy[3]) / h2d), ">= 0.8x of pinned H2D")
+        self.row("restore copy into the GPU (preload), %.2f GiB of data, %.2f GiB of zeros" % (
+                     int(copy[4]) / (1 << 30), int(copy[6]) / (1 << 30)),
+                 "data %s GB/s in %s s, **%.2fx** pinned H2D (pools %s GB/s)" % (
+                     copy[5], copy[2], float(copy[5]) / h2d, copy[3]), ">= 0.8x of pinned H2D")
         self.row("offline restore (moeft restore, images into tmpfs)",
                  "%.0f MB/s in %s s" % (float(offline[2]), offline[1]))
         self.row("RTO with moeft, %.1f GiB KV, %s, resumed at step %d" % (
@@ -237,7 +248,8 @@ def main(argv):
     p.add_argument("--lib", required=True)
     p.add_argument("--steps", type=int, default=256)
     p.add_argument("--kv-gib", type=float, default=4.0)
-    p.add_argument("--rto-prompt-len", type=int, default=2048)
+    p.add_argument("--rto-prompt-len", default="fill",
+                   help="moe_generate.py's --prompt-len for the RTO runs (default fill)")
     p.add_argument("--rto-steps", type=int, default=96)
     p.add_argument("--kill-after", type=int, default=60)
     p.add_argument("--rto-mode", choices=("eager", "graph"), default="graph")

@@ -75,6 +75,9 @@ def die(status, msg):
     sys.exit(status)
 
 
+FILL = -1  # --prompt-len fill
+
+
 def positive(text):
     try:
         v = int(text, 10)
@@ -85,12 +88,17 @@ def positive(text):
     return v
 
 
+def prompt_len(text):
+    return FILL if text == "fill" else positive(text)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mode", choices=("eager", "graph"), default="eager")
     p.add_argument("--steps", type=positive, default=96, help="steps, the prefill included")
     p.add_argument("--batch", type=positive, default=8)
-    p.add_argument("--prompt-len", type=positive, default=64)
+    p.add_argument("--prompt-len", type=prompt_len, default=64,
+                   help="positions of each prompt, or 'fill': the cache's, less the steps'")
     p.add_argument("--cache-len", type=positive, help="cache positions (default 768)")
     p.add_argument("--kv-gib", type=float, help="size the cache to about this many GiB")
     p.add_argument("--layers", type=positive, default=8)
@@ -128,6 +136,8 @@ def parse_args(argv):
     elif a.cache_len is None:
         a.cache_len = 768
     # Step t >= 1 writes position P + t - 1.
+    if a.prompt_len == FILL:
+        a.prompt_len = max(a.cache_len - a.steps + 1, 1)
     if a.prompt_len + a.steps - 1 > a.cache_len:
         p.error("--prompt-len + --steps - 1 = %d positions, the cache has %d"
                 % (a.prompt_len + a.steps - 1, a.cache_len))

@@ -13,6 +13,7 @@
 
 #include "config.h"
 #include "media.h"
+#include "kvsnap.h"
 #include "testutil.h"
 #include "wal.h"
 
@@ -238,8 +239,9 @@ static const struct vcase {
 	  "MOEFT_KV selector 1='size=1G,block=2K': block='2K' must be a power of two from 4K to 1G" },
 	{ "MOEFT_KV", "size=4G,block=2G", -1, F_NONE, 0,
 	  "MOEFT_KV selector 1='size=4G,block=2G': block='2G' must be a power of two from 4K to 1G" },
-	{ "MOEFT_KV", "size=4K", -1, F_NONE, 0,
-	  "MOEFT_KV selector 1='size=4K': block (64K) is larger than size (4K)" },
+	{ "MOEFT_KV", "size=4K", 0, F_KV, 1, NULL },
+	{ "MOEFT_KV", "size=4K,block=8K", -1, F_NONE, 0,
+	  "MOEFT_KV selector 1='size=4K,block=8K': block (8K) is larger than size (4K)" },
 	/* MOEFT_LOG */
 	{ "MOEFT_LOG", "error", 0, F_LOG, WAL_LOG_ERROR, NULL },
 	{ "MOEFT_LOG", "warn", 0, F_LOG, WAL_LOG_WARN, NULL },
@@ -395,7 +397,7 @@ static void test_kv_selectors(void)
 	CU_ASSERT_EQUAL(c.kv[0].block, 2 * MiB);
 	CU_ASSERT_EQUAL(c.kv[1].size, 512 * MiB);
 	CU_ASSERT_EQUAL(c.kv[1].ordinal, -1);
-	CU_ASSERT_EQUAL(c.kv[1].block, 64 * KiB);
+	CU_ASSERT_EQUAL(c.kv[1].block, 0);	/* by the pool's size (kv_default_chunk) */
 	CU_ASSERT_EQUAL(c.kv[2].size, 5000);
 	CU_ASSERT_EQUAL(c.kv[2].block, 4 * KiB);
 
@@ -415,6 +417,19 @@ static void test_kv_selectors(void)
 	many[1024] = '\0';
 	CU_ASSERT_EQUAL(load1(&c, "MOEFT_KV", many, err, sizeof err), -1);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "': longer than 1023 bytes"));
+}
+
+/* A pool without block= is cut in 4 KiB chunks up to 2^16 of them, then
+ * in larger ones, never past 64 KiB. */
+static void test_default_chunk(void)
+{
+	CU_ASSERT_EQUAL(kv_default_chunk(5000), 4 * KiB);
+	CU_ASSERT_EQUAL(kv_default_chunk(12 * MiB), 4 * KiB);
+	CU_ASSERT_EQUAL(kv_default_chunk(256 * MiB), 4 * KiB);
+	CU_ASSERT_EQUAL(kv_default_chunk(256 * MiB + 1), 8 * KiB);
+	CU_ASSERT_EQUAL(kv_default_chunk(GiB), 16 * KiB);
+	CU_ASSERT_EQUAL(kv_default_chunk(4 * GiB), 64 * KiB);
+	CU_ASSERT_EQUAL(kv_default_chunk(80 * GiB), 64 * KiB);
 }
 
 /* A MOEFT_PROFILE file is parsed at load time: its errors carry the path
@@ -582,6 +597,7 @@ static CU_TestInfo var_tests[] = {
 	{ "MOEFT_WAL naming a directory", test_wal_directory },
 	{ "MOEFT_WAL length, MOEFT_NUMA_NODE on this machine", test_wal_too_long_and_numa },
 	{ "MOEFT_KV selectors and limits", test_kv_selectors },
+	{ "a pool's chunk size by default", test_default_chunk },
 	{ "MOEFT_PROFILE file with a syntax error", test_profile_file },
 	{ "strict/disable/log survive a later error", test_flags_survive_errors },
 	{ "one short line whatever the value", test_message_hygiene },

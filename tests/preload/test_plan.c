@@ -123,13 +123,13 @@ static void test_round_trip(void)
 	char text[4096], err[200];
 
 	CU_ASSERT_EQUAL_FATAL(restore_plan_parse(good, &p, err, sizeof err), 0);
-	p.pools[0].image = good;                /* restore mode's, never written */
+	p.pools[0].fd = 7;                      /* restore mode's, never written */
 	p.pools[0].base = 0x1000;
 	CU_ASSERT_EQUAL(restore_plan_format(&p, text, sizeof text, err, sizeof err),
 			(int)strlen(good));
 	CU_ASSERT_STRING_EQUAL(text, good);
 	CU_ASSERT_EQUAL_FATAL(restore_plan_parse(text, &q, err, sizeof err), 0);
-	CU_ASSERT_PTR_NULL(q.pools[0].image);
+	CU_ASSERT_EQUAL(q.pools[0].fd, -1);
 	CU_ASSERT_EQUAL(q.pools[0].base, 0);
 	CU_ASSERT(same(&p, &q));
 	restore_plan_free(&p);

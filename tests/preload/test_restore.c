@@ -39,14 +39,15 @@ static void test_match(void)
 	CU_ASSERT(!restore_claimed(&p, 0x3000));
 }
 
-/* Loading maps each image, which must be a file of exactly its size. */
+/* Loading opens each image, which must be a file of exactly its size, and
+ * not a link. */
 static void test_load(void)
 {
 	static const char plan[] = "moeft-restore-plan 1\nlog 0000000000000001\n"
 				   "window 3 16 31\npool 2 0000000000000001 100 0 4096 img\n";
 	static struct restore_plan p;
-	char dir[256], path[300], err[600];
-	unsigned char bytes[100];
+	char dir[256], path[300], link[300], err[600];
+	unsigned char bytes[100], back[200];
 	size_t i;
 
 	for (i = 0; i < sizeof bytes; i++)
@@ -67,9 +68,22 @@ static void test_load(void)
 	CU_ASSERT_EQUAL_FATAL(test_spew(path, bytes, sizeof bytes), 0);
 	snprintf(path, sizeof path, "%s/plan", dir);
 	CU_ASSERT_EQUAL_FATAL(restore_plan_load(path, &p, err, sizeof err), 0);
-	CU_ASSERT_EQUAL(memcmp(p.pools[0].image, bytes, sizeof bytes), 0);
+	CU_ASSERT_EQUAL(pread(p.pools[0].fd, back, sizeof back, 0), (ssize_t)sizeof bytes);
+	CU_ASSERT_EQUAL(memcmp(back, bytes, sizeof bytes), 0);
 	CU_ASSERT_EQUAL(p.last_step, 31);
+	close(p.pools[0].fd);
 	restore_plan_free(&p);
+
+	/* A link to an image of the right size is refused. */
+	snprintf(path, sizeof path, "%s/img", dir);
+	snprintf(link, sizeof link, "%s/img.real", dir);
+	CU_ASSERT_EQUAL_FATAL(rename(path, link), 0);
+	CU_ASSERT_EQUAL_FATAL(symlink(link, path), 0);
+	snprintf(path, sizeof path, "%s/plan", dir);
+	CU_ASSERT_EQUAL(restore_plan_load(path, &p, err, sizeof err), -1);
+	CU_ASSERT(strstr(err, "/img: Too many levels of symbolic links") != NULL);
+	CU_ASSERT(!p.pools && !p.npools);
+	unlink(link);
 	snprintf(path, sizeof path, "%s/img", dir);
 	unlink(path);
 	snprintf(path, sizeof path, "%s/plan", dir);
@@ -81,7 +95,7 @@ int main(void)
 {
 	CU_TestInfo tests[] = {
 		{ "match by identity", test_match },
-		{ "load maps the images", test_load },
+		{ "load opens the images", test_load },
 		CU_TEST_INFO_NULL,
 	};
 	CU_SuiteInfo suites[] = {

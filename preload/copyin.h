@@ -1,0 +1,42 @@
+/*
+ * copyin.h - a restore plan's pool images into device memory at the
+ * speed of the bus.
+ *
+ * The images are files (restore.h opened them).  Their holes, which are
+ * zeros, become device memsets; their data goes through a few pinned
+ * buffers per thread, filled with pread by up to COPYIN_THREADS threads
+ * while the copy engine drains the ones filled before.  So the bytes read
+ * are the images' data, the pinned memory is a few buffers whatever the
+ * pools' size, and no image page is ever mapped (a pageable copy of a
+ * mapping faults every page in, at a thirtieth of the bus's speed).
+ */
+#ifndef MOEFT_COPYIN_H
+#define MOEFT_COPYIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plan.h"
+
+#define COPYIN_THREADS 8u
+
+struct copyin_stats {
+	uint64_t data;      /* bytes read from the images and copied */
+	uint64_t zero;      /* bytes of holes set to zero on the device */
+	unsigned threads;   /* that read them */
+	int pageable;       /* 1: no pinned memory, pageable buffers instead */
+};
+
+/*
+ * Copy every pool of p (each claimed: base set, fd open) into its
+ * allocation, after the work enqueued on stream so far and before the work
+ * enqueued there after the return.  Returns when every byte has been read
+ * and copied; *done is then an event of those copies for other streams to
+ * wait on.  0, or -1 with one line in err (the file, the offset, the call
+ * and its error): the pools then hold anything, and the caller must not
+ * resume.
+ */
+int copyin_pools(const struct restore_plan *p, void *stream, void **done,
+		 struct copyin_stats *st, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,86 @@
+#!/bin/sh
+# copyin.sh - the preload's copy of the pool images into device memory
+# (preload/copyin.c), byte for byte: a 35 MiB image forged sparse, with
+# holes of 2 MiB and 10 MiB (zeroed on the device, not read), a 100 KiB
+# hole between data (read with it), into a pool the program filled with
+# NaN, and a data run of 20 MiB (three copies
+# through the same pinned buffers); once through pinned buffers, once with
+# the driver short of pinned memory (pageable buffers); each copy is slow
+# to start, so that a buffer filled again before its copy ran shows.  The pool the
+# restored program finds before its first step must have the image's
+# CRC-32C, and the preload's line must count the data and the zeros.
+#
+# Usage: copyin.sh MOEFT LIBMOEFT SERVE KVTOOL
+set -u
+
+moeft=$1 lib=$2 serve=$3 kvtool=$4
+dir=$(mktemp -d /dev/shm/moeft-copyin-XXXXXX)   # tmpfs: it keeps holes
+trap 'rm -rf "$dir"' EXIT
+
+fail() {
+	echo "restore copyin.sh: $*" >&2
+	exit 1
+}
+
+# NaN in the pools first: a hole the copy left alone would show.
+args="--hidden=1024 --kv-heads=8 --seqs=64 --steps=64 --kv-layout=one --kv-init=nan"
+MOEFT_WAL="$dir/w.wal" LD_PRELOAD="$lib" "$serve" $args --journal="$dir/j" >/dev/null ||
+	fail "the first run failed"
+# The plan and the images, written by moeft restore for a command that
+# makes no CUDA call.
+"$moeft" restore --wal "$dir/w.wal" --out "$dir/out" --preload "$lib" -- true \
+	2>"$dir/restore.err" || fail "moeft restore: $(cat "$dir/restore.err")"
+image=$dir/out/kv-pool-0.bin
+size=$(stat -c %s "$image")
+[ "$size" = 36700160 ] || fail "the pool is $size bytes, the forged image needs 36700160"
+
+# The forged image, in KiB: data 0-3072, hole 3072-5120, data 5120-5124,
+# hole 5124-5224, data 5224-25600, hole to the end (35840).
+rm "$image"
+truncate -s "$size" "$image"
+put() {	# put FROM_KIB TO_KIB: random bytes there
+	head -c $((($2 - $1) * 1024)) /dev/urandom |
+		dd of="$image" bs=1024 seek="$1" conv=notrunc status=none || fail "dd"
+}
+put 0 3072
+put 5120 5124
+put 5224 25600
+want_crc=$("$kvtool" crc "$image")
+want_zero=$(((2048 + 10240) * 1024))
+want_data=$((size - want_zero))
+
+# The command in restore mode, on the forged plan directly (moeft restore
+# would make the images again from the log).
+for how in pinned pageable; do
+	cp "$dir/j" "$dir/j.$how"
+	case $how in
+	pinned) max= cpus="taskset -c 0" ;;	# one thread: its 2 buffers for 4 pieces
+	pageable) max=$(((8 << 20) - 1)) cpus= ;;	# the buffers are 8 MiB, the ring 4
+	esac
+	$cpus env FIXTURE_COPY_DELAY_US=2000 FIXTURE_PINNED_MAX=$max MOEFT_LOG=info \
+		MOEFT_RESTORE="$dir/out/plan" MOEFT_WAL="$dir/w.wal" LD_PRELOAD="$lib" "$serve" $args \
+		--journal="$dir/j.$how" --truth="$dir/t.$how" >/dev/null 2>"$dir/$how.err" ||
+		fail "$how: the restored run failed: $(cat "$dir/$how.err")"
+	got=$(sed -n 's/^resume-kv //p' "$dir/t.$how")
+	[ "$got" = "$want_crc" ] ||
+		fail "$how: the pool before the first step has CRC $got, the image $want_crc"
+	grep -q "restore: $size bytes of KV restored in .*: $want_data bytes of data copied .*, $want_zero bytes of zeros set" \
+		"$dir/$how.err" || fail "$how: no line counting $want_data bytes of data and $want_zero of zeros: $(grep restore: "$dir/$how.err")"
+	line=$(grep "copied in (" "$dir/$how.err")
+	case $how:$line in
+	"pinned:"*"(reading threads: 1; buffers: pinned)"*) ;;
+	"pageable:"*"; buffers: pageable, no pinned memory)"*) ;;
+	*) fail "$how: $line" ;;
+	esac
+done
+
+# An image one page short is no image of the pool: the command stops.
+truncate -s $((size - 4096)) "$image"
+cp "$dir/j" "$dir/j.short"
+MOEFT_RESTORE="$dir/out/plan" MOEFT_WAL="$dir/w.wal" LD_PRELOAD="$lib" "$serve" $args \
+	--journal="$dir/j.short" >/dev/null 2>"$dir/short.err"
+rc=$?
+[ $rc = 3 ] || fail "a short image: status $rc, want 3"
+grep -q "kv-pool-0.bin: not a file of $size bytes" "$dir/short.err" ||
+	fail "a short image: $(cat "$dir/short.err")"
+exit 0
