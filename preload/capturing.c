@@ -146,8 +146,6 @@ static void *consumer(void *arg)
 		if (r < 0)
 			break;
 		reclaim_once(&reclaimed);
-		if (resume_active())
-			resume_report();
 		nanosleep(atomic_load_explicit(snap_busy(), memory_order_relaxed) ? &busy : &idle,
 			  NULL);
 	}

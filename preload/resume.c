@@ -36,13 +36,9 @@ static struct {
 	atomic_int watching;       /* MOEFT_RESTORE_AT=init, until the copies */
 	int matched;               /* every pool of the plan is claimed */
 	int init_seen;             /* the initialiser came */
-	/* the copies' event once enqueued: set under the lock, read without it
-	 * by the consumer's report and at exit (a copy-in holds the lock for as
-	 * long as the driver takes) */
+	/* the copies' event once they are in: set under the lock, read without
+	 * it at exit (a copy-in holds the lock for as long as it takes) */
 	_Atomic(void *) restored;
-	struct timespec t0;        /* when the copies began */
-	struct copyin_stats copied;
-	int reported;              /* the consumer's */
 } rm = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 void resume_refuse(const char *fmt, ...)
@@ -174,29 +170,39 @@ void resume_alloc(const struct alloc_info *a)
 	pthread_mutex_unlock(&rm.lock);
 }
 
-/* Copy the images in on stream, ahead of what is enqueued next; lock held. */
+/* Copy the images in on stream, ahead of what is enqueued next; lock held.
+ * The copy ends before this returns: its time is the copy's. */
 static void copy_in(void *stream)
 {
 	const struct restore_pool *q = restore_unmatched(&rm.plan);
+	struct copyin_stats st;
+	struct timespec t0, t1;
 	char err[400];
 	void *event;
+	double s;
 
 	if (q)
 		resume_refuse("pool %u of the crashed process (%" PRIu64 " bytes, call site %016"
 			      PRIx64 ", ordinal %u) has no allocation of the same identity here: "
 			      "another model or configuration", q->no, q->size, q->fingerprint,
 			      q->ordinal);
-	clock_gettime(CLOCK_MONOTONIC, &rm.t0);
-	if (copyin_pools(&rm.plan, stream, &event, &rm.copied, err, sizeof err) < 0)
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (copyin_pools(&rm.plan, stream, &event, &st, err, sizeof err) < 0)
 		resume_refuse("copying the KV in failed: %s", err);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
 	atomic_store_explicit(&rm.restored, event, memory_order_release);
 	atomic_store_explicit(&rm.watching, 0, memory_order_relaxed);
 	shim_watch_launches(0);
-	msg_log(WAL_LOG_INFO, "restore: %u KV pools, %" PRIu64 " bytes of window %" PRIu64
-		" (steps %" PRIu64 "-%" PRIu64 ") copied in (reading threads: %u; buffers: %s); "
-		"resuming at step %" PRIu64, rm.plan.npools, rm.copied.data + rm.copied.zero,
-		rm.plan.window, rm.plan.first_step, rm.plan.last_step, rm.copied.threads,
-		rm.copied.pageable ? "pageable, no pinned memory" : "pinned",
+	s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	if (s <= 0)
+		s = 1e-9;
+	msg_log(WAL_LOG_WARN, "restore: %u KV pools of window %" PRIu64 " (steps %" PRIu64 "-%"
+		PRIu64 "): %" PRIu64 " bytes of KV restored in %.3f s (%.2f GB/s): %" PRIu64
+		" bytes of data copied (%.2f GB/s), %" PRIu64 " bytes of zeros set; reading "
+		"threads: %u, buffers: %s; resuming at step %" PRIu64, rm.plan.npools,
+		rm.plan.window, rm.plan.first_step, rm.plan.last_step, st.data + st.zero, s,
+		(double)(st.data + st.zero) / s / 1e9, st.data, (double)st.data / s / 1e9,
+		st.zero, st.threads, st.pageable ? "pageable (no pinned memory)" : "pinned",
 		rm.plan.last_step + 1);
 }
 
@@ -243,22 +249,4 @@ void resume_check_kv_pool(const struct alloc_info *a)
 			      "but the crashed process had no such KV pool: another model or "
 			      "configuration", a->base, a->size);
 	pthread_mutex_unlock(&rm.lock);
-}
-
-void resume_report(void)
-{
-	void *done = copies();
-	struct timespec t;
-	uint64_t bytes = rm.copied.data + rm.copied.zero;
-	double s;
-
-	if (rm.reported || !done || shim_dev_query(done) != 0)
-		return;
-	rm.reported = 1;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	s = (double)(t.tv_sec - rm.t0.tv_sec) + (double)(t.tv_nsec - rm.t0.tv_nsec) / 1e9;
-	msg_log(WAL_LOG_WARN, "restore: %" PRIu64 " bytes of KV restored in %.3f s (%.2f GB/s): "
-		"%" PRIu64 " bytes of data copied (%.2f GB/s), %" PRIu64 " bytes of zeros set",
-		bytes, s, s > 0 ? (double)bytes / s / 1e9 : 0.0, rm.copied.data,
-		s > 0 ? (double)rm.copied.data / s / 1e9 : 0.0, rm.copied.zero);
 }

@@ -80,10 +80,6 @@ void resume_step(void *stream, const struct clk_tick *t);
  * process had no pool there. */
 void resume_check_kv_pool(const struct alloc_info *a);
 
-/* Polled by the consumer: once the copies are done, one line with the
- * time they took. */
-void resume_report(void);
-
 /* Stop the process: the plan cannot be taken (printf-style reason). */
 __attribute__((noreturn, format(printf, 1, 2)))
 void resume_refuse(const char *fmt, ...);

@@ -3,7 +3,8 @@
 table headed by the GPU's name:
 
 - decode tokens/s of moe_generate.py, eager and graph, without the preload
-  and under it at MOEFT_WINDOW 16 and 1 (ratio against without);
+  (before and after the runs with it) and under it at MOEFT_WINDOW 16 and 1
+  (ratio against the mean of the two without);
 - log bytes per token and per decode window (moeft inspect --json; the
   windows and their steps from an offline restore's manifest);
 - restore bandwidth: the preload's copy of the KV images into the restarted
@@ -20,6 +21,7 @@ table headed by the GPU's name:
 
 Usage: bench.py --moeft PATH --lib PATH [--steps N] [--kv-gib G]
        [--kill-after N] [--rto-mode eager|graph] [--timeout S] [--out FILE]
+       [--logs DIR]
 Exit status: 0, or 1 when a run fails or prints less than expected.
 """
 import argparse
@@ -100,41 +102,58 @@ class Bench:
                     MOEFT_KV="size=%d%s" % (kv_bytes, ",block=" + block if block else ""),
                     MOEFT_LOG="info")
 
-    def generate(self, args, env=None):
+    def generate(self, args, env=None, label=None):
         out, err = run(gen(args), env=env)
+        self.keep(label, err)
         kv = fields(out, "kv")
         if kv["own-allocations"] != kv["tensors"] or kv["other-allocations"] != "0":
             raise BenchError("the KV tensors are not allocations of their own: %s" % kv)
         return out, err
 
+    def keep(self, label, err):
+        """A preload run's stderr (its settings and exit summary) into --logs."""
+        if label and self.a.logs:
+            os.makedirs(self.a.logs, exist_ok=True)
+            with open(os.path.join(self.a.logs, label + ".err"), "w", encoding="utf-8") as f:
+                f.write(err[-20000:])
+
     def throughput(self):
-        base = {}
         for mode in ("eager", "graph"):
             args = ["--mode", mode, "--steps", str(self.a.steps)]
             out, _ = self.generate(args)
             self.kv_bytes = int(fields(out, "kv")["tensor-bytes"])
-            base[mode] = float(fields(out, "times")["tok-s"])
-            self.row("decode, %s, without the preload" % mode, "%.0f tok/s" % base[mode])
+            before = float(fields(out, "times")["tok-s"])
             # The commit's share: with MOEFT_COMMIT=async no host wait
             # waits for a window's commit (the RPO bound is lost); the
             # chunk size's: 64 KiB chunks, the default before 4 KiB.
             runs = [(16, "wait", None), (16, "async", None), (1, "wait", None)]
             if mode == "graph":
                 runs.append((16, "wait", "64K"))
+            got = []
             for window, commit, block in runs:
                 wal = os.path.join(self.dir, "tput.wal")
-                out, _ = self.generate(args, self.preload_env(wal, window, self.kv_bytes, commit,
-                                                              block))
-                tps = float(fields(out, "times")["tok-s"])
+                out, err = self.generate(args, self.preload_env(wal, window, self.kv_bytes,
+                                                                commit, block),
+                                       "%s-w%d-%s%s" % (mode, window, commit,
+                                                        "-" + block if block else ""))
+                got.append(float(fields(out, "times")["tok-s"]))
+                if mode == "eager" and (window, commit, block) == (16, "wait", None):
+                    self.log_sizes(wal, err)
+            # The baseline again after them: a ratio against a drifting
+            # baseline (clocks, the host) would be that drift.
+            out, _ = self.generate(args)
+            after = float(fields(out, "times")["tok-s"])
+            base = (before + after) / 2
+            self.row("decode, %s, without the preload (before, after the runs below)" % mode,
+                     "%.0f, %.0f tok/s" % (before, after))
+            for (window, commit, block), tps in zip(runs, got):
                 self.row("decode, %s, preload, MOEFT_WINDOW=%d%s%s" % (
                              mode, window, ", MOEFT_COMMIT=async" if commit == "async" else "",
                              ", chunks of " + block if block else ""),
-                         "%.0f tok/s, **%.3fx**" % (tps, tps / base[mode]),
+                         "%.0f tok/s, **%.3fx**" % (tps, tps / base),
                          ">= 0.99x" if (window, commit, block) == (16, "wait", None) else "")
-                if mode == "eager" and (window, commit, block) == (16, "wait", None):
-                    self.log_sizes(wal)
 
-    def log_sizes(self, wal):
+    def log_sizes(self, wal, err):
         out, _ = run([self.a.moeft, "inspect", "--wal", wal, "--json"])
         inspect = json.loads(out)
         dest = os.path.join(self.dir, "sizes.restore")
@@ -149,6 +168,12 @@ class Bench:
         self.row("log, eager, window 16: bytes per token",
                  "%.0f B (routing %.0f B)" % (inspect["bytes"] / tokens,
                                               types["routing"]["bytes"] / tokens))
+        summary = grep(r"decode_windows=([0-9]+) .* kv_chunks=([0-9]+) kv_bytes=([0-9]+)", err,
+                       "the preload's summary")
+        n = int(summary[1])
+        self.row("KV store, eager, window 16: bytes per decode window",
+                 "%.0f B in %.0f chunks (%d windows, the prefill's included)" % (
+                     int(summary[3]) / n, int(summary[2]) / n, n))
         self.row("log, eager, window 16: bytes per decode window",
                  "%.0f B over %d windows; %.1f KV chunks per window" % (
                      inspect["bytes"] / len(windows), len(windows),
@@ -194,10 +219,13 @@ class Bench:
                 raise BenchError("the run to kill ended first (exit %s)" % p.returncode)
             p.send_signal(signal.SIGKILL)
             p.wait()
+        with open(os.path.join(self.dir, "killed.err"), encoding="utf-8") as err:
+            self.keep("rto-killed", err.read())
         t0 = time.time()
         del env["MOEFT_WAL"], env["LD_PRELOAD"]  # moeft restore sets them
         out, err = run([a.moeft, "restore", "--wal", wal, "--preload", a.lib, "--"] +
                        gen(args + ["--journal", journal]), env=env)
+        self.keep("rto-restored", err)
         resumed = {k: float(v) for k, v in fields(out, "times").items()}
         r = int(resumed["resumed-at"])
         if fields(out, "result") != fields(fresh_out, "result"):
@@ -206,7 +234,7 @@ class Bench:
                                 grep("result .*", fresh_out, "result").group(0)))
         offline = grep(r"moeft restore: window .* ([0-9.]+) s, ([0-9]+) MB/s", err,
                        "offline restore summary")
-        copy = grep(r"restore: ([0-9]+) bytes of KV restored in ([0-9.]+) s \(([0-9.]+) GB/s\): "
+        copy = grep(r"([0-9]+) bytes of KV restored in ([0-9.]+) s \(([0-9.]+) GB/s\): "
                     r"([0-9]+) bytes of data copied \(([0-9.]+) GB/s\), ([0-9]+) bytes of zeros",
                     err, "the preload's restore line")
         rto = resumed["first"] - t0
@@ -256,6 +284,7 @@ def main(argv):
     p.add_argument("--timeout", type=float, default=300,
                    help="seconds one program run may take (default 300)")
     p.add_argument("--out")
+    p.add_argument("--logs", help="a directory for the preload runs' stderr")
     a = p.parse_args(argv)
     global run_timeout
     run_timeout = a.timeout

@@ -325,7 +325,7 @@ sanitize() {
 
 bench() {
 	python3 tests/gpu/bench.py --moeft "$moeft" --lib "$lib" --timeout "$run_timeout" \
-		--out "$work/bench.md"
+		--out "$work/bench.md" --logs "$logdir/bench"
 	say "table in bench.log"
 }
 

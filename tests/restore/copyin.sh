@@ -64,12 +64,12 @@ for how in pinned pageable; do
 	got=$(sed -n 's/^resume-kv //p' "$dir/t.$how")
 	[ "$got" = "$want_crc" ] ||
 		fail "$how: the pool before the first step has CRC $got, the image $want_crc"
-	grep -q "restore: $size bytes of KV restored in .*: $want_data bytes of data copied .*, $want_zero bytes of zeros set" \
+	grep -q "restore: 1 KV pools of window [0-9]* (steps [0-9-]*): $size bytes of KV restored in .*: $want_data bytes of data copied .*, $want_zero bytes of zeros set" \
 		"$dir/$how.err" || fail "$how: no line counting $want_data bytes of data and $want_zero of zeros: $(grep restore: "$dir/$how.err")"
-	line=$(grep "copied in (" "$dir/$how.err")
+	line=$(grep "reading threads:" "$dir/$how.err")
 	case $how:$line in
-	"pinned:"*"(reading threads: 1; buffers: pinned)"*) ;;
-	"pageable:"*"; buffers: pageable, no pinned memory)"*) ;;
+	"pinned:"*"reading threads: 1, buffers: pinned;"*) ;;
+	"pageable:"*", buffers: pageable (no pinned memory);"*) ;;
 	*) fail "$how: $line" ;;
 	esac
 done
