@@ -2,8 +2,8 @@
  * copyin.c - restore images into device memory (copyin.h).
  *
  * The calling thread cuts the images into pieces of at most PIECE bytes
- * of data, enqueues the memsets of the holes between them, and then works
- * the pieces off with the threads it starts: each takes the next piece,
+ * of data, enqueues the memsets of the holes between them, and then waits
+ * while the threads it starts work the pieces off: each takes the next piece,
  * waits until its older buffer's last copy has ended, preads the piece
  * into it and enqueues its copy.  Every copy and memset goes on one stream
  * of moeft's own that waits for the caller's stream first; the caller's
@@ -276,13 +276,17 @@ int copyin_pools(const struct restore_plan *p, void *stream, void **done,
 	for (i = 0; i < p->npools && !atomic_load(&j.failed); i++)
 		cut(&j, &p->pools[i], st);
 	if (!atomic_load(&j.failed) && j.npieces) {
-		for (n = 1; n < nthreads(j.npieces); n++)
+		/* The caller only waits: its waits for copies would count as
+		 * unsafe in another thread's global-mode capture, the workers'
+		 * do not (shim_dev_bind_thread). */
+		for (n = 0; n < nthreads(j.npieces); n++)
 			if (pthread_create(&tid[n], NULL, worker, &j) != 0)
 				break;
-		work(&j);
-		for (i = 1; i < n; i++)
+		if (n == 0)
+			work(&j);	/* no thread to be had: the caller reads */
+		for (i = 0; i < n; i++)
 			pthread_join(tid[i], NULL);
-		st->threads = n;
+		st->threads = n ? n : 1;
 		st->pageable = atomic_load(&j.pageable);
 	}
 	if (!atomic_load(&j.failed) &&
