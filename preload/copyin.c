@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include "copyin.h"
 #include "shim.h"
@@ -90,6 +91,21 @@ static uint64_t seek(int fd, uint64_t off, uint64_t size, int whence)
 	if (whence == SEEK_DATA && errno == ENXIO)
 		return size;
 	return whence == SEEK_DATA ? off : size;
+}
+
+/* Whether q's descriptor is still the image it was opened on, whole: a
+ * file shortened since would read as holes past its end, and a
+ * descriptor the program closed and reused as its own would be copied. */
+static int same_image(struct job *j, const struct restore_pool *q)
+{
+	struct stat st;
+
+	if (fstat(q->fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_dev == q->file_dev &&
+	    (uint64_t)st.st_ino == q->file_ino && (uint64_t)st.st_size == q->size)
+		return 1;
+	job_fail(j, "pool %u: its image %s is not the file of %llu bytes it was when the plan "
+		 "was loaded", q->no, q->file, (unsigned long long)q->size);
+	return 0;
 }
 
 /* Pool q's image: its data into pieces, with the holes between that are
@@ -274,7 +290,8 @@ int copyin_pools(const struct restore_plan *p, void *stream, void **done,
 		job_fail(&j, "cannot order moeft's copy stream after the application's "
 			 "(CUresult %d)", r);
 	for (i = 0; i < p->npools && !atomic_load(&j.failed); i++)
-		cut(&j, &p->pools[i], st);
+		if (same_image(&j, &p->pools[i]))
+			cut(&j, &p->pools[i], st);
 	if (!atomic_load(&j.failed) && j.npieces) {
 		/* The caller only waits: its waits for copies would count as
 		 * unsafe in another thread's global-mode capture, the workers'

@@ -28,13 +28,14 @@ struct copyin_stats {
 };
 
 /*
- * Copy every pool of p (each claimed: base set, fd open) into its
- * allocation, after the work enqueued on stream so far and before the work
- * enqueued there after the return.  Returns when every byte has been read
- * and copied; *done is then an event of those copies for other streams to
- * wait on.  0, or -1 with one line in err (the file, the offset, the call
- * and its error): the pools then hold anything, and the caller must not
- * resume.
+ * Copy every pool of p (each claimed: base set, fd open on its image as
+ * restore_plan_load found it) into its allocation, after the work enqueued
+ * on stream so far and before the work enqueued there after the return.
+ * Returns when every byte of data has been read and copied (the memsets of
+ * holes may still run, at the device's speed); *done is an event of all of
+ * it for other streams to wait on.  0, or -1 with one line in err (the
+ * pool, the offset, the call and its error): the pools then hold anything,
+ * and the caller must not resume.
  */
 int copyin_pools(const struct restore_plan *p, void *stream, void **done,
 		 struct copyin_stats *st, char *err, size_t errlen);

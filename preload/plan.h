@@ -54,6 +54,7 @@ struct restore_pool {
 	/* Restore mode's, not the file's: */
 	int fd;                       /* the image, opened by restore_plan_load;
 					 -1 until then */
+	uint64_t file_dev, file_ino;  /* the file fd was opened on */
 	uint64_t base;                /* the matching allocation; 0: none yet */
 };
 

@@ -13,11 +13,12 @@
 
 #include "restore.h"
 
-/* Open dir/file to read: a regular file of exactly size bytes.  The
- * descriptor, or -1 with err set. */
-static int open_image(const char *dir, const char *file, uint64_t size, char *err,
-		      size_t errlen)
+/* Open q's image in dir to read: a regular file of exactly q's size.  0,
+ * or -1 with err set. */
+static int open_image(const char *dir, struct restore_pool *q, char *err, size_t errlen)
 {
+	const char *file = q->file;
+	uint64_t size = q->size;
 	char path[PATH_MAX];
 	struct stat st;
 	int fd;
@@ -37,7 +38,10 @@ static int open_image(const char *dir, const char *file, uint64_t size, char *er
 		close(fd);
 		return -1;
 	}
-	return fd;
+	q->fd = fd;
+	q->file_dev = (uint64_t)st.st_dev;
+	q->file_ino = (uint64_t)st.st_ino;
+	return 0;
 }
 
 /* The text of the plan at path, read to its end (a plan has no count of
@@ -99,14 +103,24 @@ int restore_plan_load(const char *path, struct restore_plan *p, char *err, size_
 		return -1;
 	}
 	for (i = 0; i < p->npools; i++)
-		if ((p->pools[i].fd = open_image(dir, p->pools[i].file, p->pools[i].size, err,
-						 errlen)) < 0) {
+		if (open_image(dir, &p->pools[i], err, errlen) < 0) {
 			while (i--)
 				close(p->pools[i].fd);
 			restore_plan_free(p);
 			return -1;
 		}
 	return 0;
+}
+
+void restore_close_images(struct restore_plan *p)
+{
+	unsigned i;
+
+	for (i = 0; i < p->npools; i++)
+		if (p->pools[i].fd >= 0) {
+			close(p->pools[i].fd);
+			p->pools[i].fd = -1;
+		}
 }
 
 const struct restore_pool *restore_match(struct restore_plan *p, uint64_t fingerprint,

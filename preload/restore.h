@@ -31,6 +31,9 @@
  * descriptors stay open for the copies (copyin.h). */
 int restore_plan_load(const char *path, struct restore_plan *p, char *err, size_t errlen);
 
+/* Close the images' descriptors once the copies are done. */
+void restore_close_images(struct restore_plan *p);
+
 /* A new allocation: claims the plan's first unclaimed pool of the same
  * identity.  Returns the pool, or NULL. */
 const struct restore_pool *restore_match(struct restore_plan *p, uint64_t fingerprint,

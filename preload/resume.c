@@ -171,7 +171,7 @@ void resume_alloc(const struct alloc_info *a)
 }
 
 /* Copy the images in on stream, ahead of what is enqueued next; lock held.
- * The copy ends before this returns: its time is the copy's. */
+ * The data's copies end before this returns: its time is theirs. */
 static void copy_in(void *stream)
 {
 	const struct restore_pool *q = restore_unmatched(&rm.plan);
@@ -190,6 +190,7 @@ static void copy_in(void *stream)
 	if (copyin_pools(&rm.plan, stream, &event, &st, err, sizeof err) < 0)
 		resume_refuse("copying the KV in failed: %s", err);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
+	restore_close_images(&rm.plan);
 	atomic_store_explicit(&rm.restored, event, memory_order_release);
 	atomic_store_explicit(&rm.watching, 0, memory_order_relaxed);
 	shim_watch_launches(0);

@@ -1,14 +1,16 @@
 #!/bin/sh
 # copyin.sh - the preload's copy of the pool images into device memory
-# (preload/copyin.c), byte for byte: a 35 MiB image forged sparse, with
-# holes of 2 MiB and 10 MiB (zeroed on the device, not read), a 100 KiB
-# hole between data (read with it), into a pool the program filled with
-# NaN, and a data run of 20 MiB (three copies
-# through the same pinned buffers); once through pinned buffers, once with
-# the driver short of pinned memory (pageable buffers); each copy is slow
-# to start, so that a buffer filled again before its copy ran shows.  The pool the
-# restored program finds before its first step must have the image's
-# CRC-32C, and the preload's line must count the data and the zeros.
+# (preload/copyin.c), byte for byte, into a pool the program filled with
+# NaN: a 35 MiB image forged sparse, with holes of 2 MiB and 10 MiB (zeroed
+# on the device, not read), a 100 KiB hole between data (read with it) and
+# a data run of 20 MiB (three 8 MiB pieces).  Twice: through pinned
+# buffers with one reading thread (taskset: its two buffers carry four
+# pieces, each refilled once), and through pageable buffers, the driver
+# short of pinned memory, with as many threads as the CPUs.  Each copy is
+# slow to start (FIXTURE_COPY_DELAY_US), so that a buffer refilled before
+# its copy ran shows.  The pool the restored program finds before its
+# first step must have the image's CRC-32C, and the preload's line must
+# count the data and the zeros.
 #
 # Usage: copyin.sh MOEFT LIBMOEFT SERVE KVTOOL
 set -u
@@ -27,8 +29,9 @@ args="--hidden=1024 --kv-heads=8 --seqs=64 --steps=64 --kv-layout=one --kv-init=
 MOEFT_WAL="$dir/w.wal" LD_PRELOAD="$lib" "$serve" $args --journal="$dir/j" >/dev/null ||
 	fail "the first run failed"
 # The plan and the images, written by moeft restore for a command that
-# makes no CUDA call.
-"$moeft" restore --wal "$dir/w.wal" --out "$dir/out" --preload "$lib" -- true \
+# makes no CUDA call (one of this build's: a sanitizer build's preload
+# needs its runtime in the program).
+"$moeft" restore --wal "$dir/w.wal" --out "$dir/out" --preload "$lib" -- "$kvtool" crc "$dir/j" \
 	2>"$dir/restore.err" || fail "moeft restore: $(cat "$dir/restore.err")"
 image=$dir/out/kv-pool-0.bin
 size=$(stat -c %s "$image")
@@ -55,7 +58,7 @@ for how in pinned pageable; do
 	cp "$dir/j" "$dir/j.$how"
 	case $how in
 	pinned) max= cpus="taskset -c 0" ;;	# one thread: its 2 buffers for 4 pieces
-	pageable) max=$(((8 << 20) - 1)) cpus= ;;	# the buffers are 8 MiB, the ring 4
+	pageable) max=$(((8 << 20) - 1)) cpus= ;;	# under the 8 MiB buffers, over the ring's 4
 	esac
 	$cpus env FIXTURE_COPY_DELAY_US=2000 FIXTURE_PINNED_MAX=$max MOEFT_LOG=info \
 		MOEFT_RESTORE="$dir/out/plan" MOEFT_WAL="$dir/w.wal" LD_PRELOAD="$lib" "$serve" $args \
