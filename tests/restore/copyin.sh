@@ -1,7 +1,7 @@
 #!/bin/sh
 # copyin.sh - the preload's copy of the pool images into device memory
 # (preload/copyin.c), byte for byte, into a pool the program filled with
-# NaN: a 35 MiB image forged sparse, with holes of 2 MiB and 10 MiB (zeroed
+# NaN: a 35 MiB image made sparse, with holes of 2 MiB and 10 MiB (zeroed
 # on the device, not read), a 100 KiB hole between data (read with it) and
 # a data run of 20 MiB (three 8 MiB pieces).  Twice: through pinned
 # buffers with one reading thread (taskset: its two buffers carry four
@@ -38,16 +38,19 @@ size=$(stat -c %s "$image")
 [ "$size" = 36700160 ] || fail "the pool is $size bytes, the forged image needs 36700160"
 
 # The forged image, in KiB: data 0-3072, hole 3072-5120, data 5120-5124,
-# hole 5124-5224, data 5224-25600, hole to the end (35840).
-rm "$image"
-truncate -s "$size" "$image"
-put() {	# put FROM_KIB TO_KIB: random bytes there
-	head -c $((($2 - $1) * 1024)) /dev/urandom |
-		dd of="$image" bs=1024 seek="$1" conv=notrunc status=none || fail "dd"
+# hole 5124-5224, data 5224-25600, hole to the end (35840).  The data is
+# the run's own (every chunk of a NaN-filled pool was stored, so the image
+# has no hole of its own; made sure by copying it whole), the holes are
+# punched: the program computes on KV it can read (random bytes would be
+# floats out of range of its integer hash, which UBSan reports).
+cp --sparse=never "$image" "$image.whole" && mv "$image.whole" "$image" || fail "cp"
+hole() {	# hole FROM_KIB TO_KIB
+	fallocate --punch-hole --offset $(($1 * 1024)) --length $((($2 - $1) * 1024)) \
+		"$image" || fail "fallocate"
 }
-put 0 3072
-put 5120 5124
-put 5224 25600
+hole 3072 5120
+hole 5124 5224
+hole 25600 35840
 want_crc=$("$kvtool" crc "$image")
 want_zero=$(((2048 + 10240) * 1024))
 want_data=$((size - want_zero))
