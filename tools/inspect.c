@@ -71,6 +71,35 @@ static void describe_window(const struct wal_window *w, char *buf, size_t len)
 
 /* A short description of a record's payload.  0, or -1 (and
  * "undecodable") when the payload cannot be what its type says. */
+/* A record's description: a request's is the longest. */
+#define DESCRIBE_MAX 512
+
+/* A request's id is bytes from the log: printable ASCII as itself, the
+ * rest (and the quote and backslash) as \xHH, at most 64 bytes of it. */
+static void describe_request(const struct rec_request *q, char *buf, size_t len)
+{
+	char id[64 * 4 + 4];
+	size_t n = 0, i, blocks = 0;
+	unsigned g;
+
+	for (i = 0; i < q->id_len && i < 64; i++) {
+		unsigned char c = q->id[i];
+
+		if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')
+			id[n++] = (char)c;
+		else
+			n += (size_t)snprintf(id + n, sizeof id - n, "\\x%02x", c);
+	}
+	snprintf(id + n, sizeof id - n, "%s", q->id_len > 64 ? "..." : "");
+	for (g = 0; g < q->ngroups; g++)
+		blocks += q->nblocks[g];
+	snprintf(buf, len, "request \"%s\" at step %" PRIu64 ": %" PRIu32 " tokens (prompt %"
+		 PRIu32 ", computed %" PRIu32 "), %zu blocks of %" PRIu32 " tokens in %u "
+		 "group%s%s", id, q->step, q->ntokens, q->nprompt, q->ncomputed, blocks,
+		 q->block_tokens, q->ngroups, q->ngroups == 1 ? "" : "s",
+		 q->flags & REQUEST_FINISHED ? ", finished" : "");
+}
+
 static int describe(const struct wal_record *rec, const struct wal_window *w, char *buf, size_t len)
 {
 	union {
@@ -80,6 +109,7 @@ static int describe(const struct wal_record *rec, const struct wal_window *w, ch
 		struct rec_alloc a;
 		struct rec_free f;
 		struct rec_crash c;
+		struct rec_request q;
 	} u;
 	char b[32];
 	int ok = 0;
@@ -127,6 +157,10 @@ static int describe(const struct wal_record *rec, const struct wal_window *w, ch
 				 " in pid %" PRIu32 ", %" PRIu32 " frames", u.c.signo, u.c.code,
 				 u.c.addr, u.c.pid, u.c.nframes);
 		break;
+	case WAL_REC_REQUEST:
+		if ((ok = rec_request_decode(rec->payload, rec->len, &u.q) == 0))
+			describe_request(&u.q, buf, len);
+		break;
 	default:
 		return 0; /* no codec: nothing to say beyond the length */
 	}
@@ -170,7 +204,7 @@ static int scan(const struct report *rp, struct scan *s)
 	struct wal_record rec;
 	struct rec_window_steps st;
 	size_t wi = 0;
-	char buf[256];
+	char buf[DESCRIBE_MAX];
 
 	memset(s, 0, sizeof *s);
 	hist_init(&s->hist);
@@ -288,7 +322,7 @@ static void records_text(const struct report *rp)
 	struct wal_iter it;
 	struct wal_record rec;
 	size_t wi = 0;
-	char buf[256];
+	char buf[DESCRIBE_MAX];
 
 	printf("\n%12s %8s %6s %-8s %8s %12s  %s\n", "LSN", "window", "index", "type",
 	       "length", "offset", "payload");
@@ -396,7 +430,7 @@ static void records_json(const struct report *rp, struct json *j)
 	struct wal_iter it;
 	struct wal_record rec;
 	size_t wi = 0;
-	char buf[256];
+	char buf[DESCRIBE_MAX];
 
 	json_key(j, "record_list");
 	json_arr_begin(j);

@@ -69,6 +69,7 @@ const char *wal_rec_type_name(unsigned type)
 		[WAL_REC_WINDOW] = "window",   [WAL_REC_ROUTING] = "routing",
 		[WAL_REC_KVREF] = "kvref",     [WAL_REC_ALLOC] = "alloc",
 		[WAL_REC_FREE] = "free",       [WAL_REC_CRASH] = "crash",
+		[WAL_REC_REQUEST] = "request",
 	};
 
 	if (type < sizeof names / sizeof names[0] && names[type])

@@ -1,6 +1,8 @@
 /*
  * record.c - encode and decode the payloads of the record types.
  */
+#include <string.h>
+
 #include "format.h"
 #include "record.h"
 #include "wal.h"
@@ -164,6 +166,119 @@ int rec_crash_decode(const uint8_t *p, size_t len, struct rec_crash *c)
 	for (uint32_t i = 0; i < c->nframes; i++)
 		c->frames[i] = get64(p + CRASH_HDR_SIZE + 8 * i);
 	return 0;
+}
+
+/* The id's bytes padded to whole u32 words. */
+static size_t request_id_span(const struct rec_request *r)
+{
+	return ((size_t)r->id_len + 3) & ~(size_t)3;
+}
+
+/* The bounds of rec_request's fields, whoever says them. */
+static int request_ok(const struct rec_request *r)
+{
+	unsigned g;
+
+	if (r->ntokens < 1 || r->ntokens > REQUEST_MAX_TOKENS || r->nprompt > r->ntokens ||
+	    r->ncomputed > r->ntokens || r->block_tokens < 1 ||
+	    r->block_tokens > REQUEST_MAX_BLOCK_TOKENS || r->id_len < 1 || r->ngroups < 1 ||
+	    r->ngroups > REQUEST_MAX_GROUPS || (r->flags & ~REQUEST_FINISHED))
+		return 0;
+	for (g = 0; g < r->ngroups; g++)
+		if (r->nblocks[g] > REQUEST_MAX_TOKENS ||
+		    (uint64_t)r->nblocks[g] * r->block_tokens < r->ncomputed)
+			return 0;
+	return 1;
+}
+
+size_t rec_request_size(const struct rec_request *r)
+{
+	uint64_t n;
+	unsigned g;
+
+	if (!request_ok(r))
+		return 0;
+	n = REQUEST_HDR_SIZE + request_id_span(r) + 4u * r->ngroups + 4u * (uint64_t)r->ntokens;
+	for (g = 0; g < r->ngroups; g++)
+		n += 4u * (uint64_t)r->nblocks[g];
+	return (size_t)n;
+}
+
+size_t rec_request_encode(uint8_t *out, size_t cap, const struct rec_request *r,
+			  const uint32_t *tokens, const uint32_t *const blocks[])
+{
+	size_t n = rec_request_size(r), at, i;
+	unsigned g;
+
+	if (!n || cap < n)
+		return 0;
+	memset(out, 0, REQUEST_HDR_SIZE + request_id_span(r));
+	put64(out, r->step);
+	put32(out + 8, r->ntokens);
+	put32(out + 12, r->nprompt);
+	put32(out + 16, r->ncomputed);
+	put32(out + 20, r->block_tokens);
+	out[24] = r->id_len;
+	out[25] = r->ngroups;
+	out[26] = r->flags;
+	memcpy(out + REQUEST_HDR_SIZE, r->id, r->id_len);
+	at = REQUEST_HDR_SIZE + request_id_span(r);
+	for (g = 0; g < r->ngroups; g++, at += 4)
+		put32(out + at, r->nblocks[g]);
+	for (i = 0; i < r->ntokens; i++, at += 4)
+		put32(out + at, tokens[i]);
+	for (g = 0; g < r->ngroups; g++)
+		for (i = 0; i < r->nblocks[g]; i++, at += 4)
+			put32(out + at, blocks[g][i]);
+	return n;
+}
+
+int rec_request_decode(const uint8_t *p, size_t len, struct rec_request *r)
+{
+	size_t at, i;
+	unsigned g;
+
+	if (len < REQUEST_HDR_SIZE)
+		return -1;
+	memset(r, 0, sizeof *r);
+	r->step = get64(p);
+	r->ntokens = get32(p + 8);
+	r->nprompt = get32(p + 12);
+	r->ncomputed = get32(p + 16);
+	r->block_tokens = get32(p + 20);
+	r->id_len = p[24];
+	r->ngroups = p[25];
+	r->flags = p[26];
+	if (p[27] || get32(p + 28) || r->ngroups > REQUEST_MAX_GROUPS)
+		return -1;
+	at = REQUEST_HDR_SIZE + request_id_span(r);
+	if (len < at + 4u * r->ngroups)
+		return -1;
+	for (i = REQUEST_HDR_SIZE + r->id_len; i < at; i++)
+		if (p[i])
+			return -1;	/* the id's padding is zeros */
+	r->id = p + REQUEST_HDR_SIZE;
+	for (g = 0; g < r->ngroups; g++, at += 4)
+		r->nblocks[g] = get32(p + at);
+	if (rec_request_size(r) != len)
+		return -1;
+	r->tokens = p + at;
+	at += 4u * (size_t)r->ntokens;
+	for (g = 0; g < r->ngroups; g++) {
+		r->blocks[g] = p + at;
+		at += 4u * (size_t)r->nblocks[g];
+	}
+	return 0;
+}
+
+uint32_t rec_request_token(const struct rec_request *r, size_t i)
+{
+	return get32(r->tokens + 4 * i);
+}
+
+uint32_t rec_request_block(const struct rec_request *r, unsigned group, size_t i)
+{
+	return get32(r->blocks[group] + 4 * i);
 }
 
 void rec_window_steps_encode(uint8_t out[WINDOW_STEPS_SIZE], const struct rec_window_steps *s)

@@ -108,6 +108,34 @@ struct rec_crash {
 	uint64_t frames[CRASH_MAX_FRAMES];
 };
 
+/*
+ * An engine request as of a step: its id, its token ids (the prompt, then
+ * what it generated), how many of them have KV in its blocks, and its KV
+ * block ids in order, per KV cache group (a model with one kind of
+ * attention has one group).  Every count is bounded so that a record fits
+ * in a ring (REQUEST_MAX_*); each group's blocks hold the computed tokens.
+ */
+#define REQUEST_HDR_SIZE 32u
+#define REQUEST_MAX_ID 255u
+#define REQUEST_MAX_GROUPS 8u
+#define REQUEST_MAX_TOKENS (1u << 22)
+#define REQUEST_MAX_BLOCK_TOKENS (1u << 16)
+#define REQUEST_FINISHED 1u     /* flags: the engine finished it at step */
+struct rec_request {
+	uint64_t step;
+	uint32_t ntokens;        /* 1 to REQUEST_MAX_TOKENS */
+	uint32_t nprompt;        /* <= ntokens */
+	uint32_t ncomputed;      /* <= ntokens */
+	uint32_t block_tokens;   /* tokens per block, 1 to REQUEST_MAX_BLOCK_TOKENS */
+	uint8_t id_len;          /* 1 to REQUEST_MAX_ID bytes */
+	uint8_t ngroups;         /* 1 to REQUEST_MAX_GROUPS */
+	uint8_t flags;           /* REQUEST_FINISHED */
+	const uint8_t *id;
+	uint32_t nblocks[REQUEST_MAX_GROUPS];
+	const uint8_t *tokens;   /* ntokens little-endian u32 (rec_request_token) */
+	const uint8_t *blocks[REQUEST_MAX_GROUPS]; /* nblocks[g] u32 each */
+};
+
 /* Caller bytes of a WINDOW record: the decode steps the window covers.
  * steps == 0: not a decode window (allocation events). */
 #define WINDOW_STEPS_SIZE 24u
@@ -146,6 +174,21 @@ int rec_free_decode(const uint8_t *p, size_t len, struct rec_free *f);
 /* Returns the encoded length: CRASH_HDR_SIZE + 8 * nframes. */
 size_t rec_crash_encode(uint8_t *out, size_t cap, const struct rec_crash *c);
 int rec_crash_decode(const uint8_t *p, size_t len, struct rec_crash *c);
+
+/* The encoded length of r (its counts), or 0 when r breaks a bound. */
+size_t rec_request_size(const struct rec_request *r);
+/* Encode r, its id r->id, its tokens tokens[r->ntokens] and its blocks
+ * blocks[g][r->nblocks[g]] (r's tokens and blocks pointers are the
+ * decoder's, unused here) into out: the length, or 0 when r breaks a
+ * bound or out has fewer than rec_request_size bytes. */
+size_t rec_request_encode(uint8_t *out, size_t cap, const struct rec_request *r,
+			  const uint32_t *tokens, const uint32_t *const blocks[]);
+/* 0 with r's pointers into p, or -1: a length that disagrees with the
+ * counts, a bound broken, unknown flags, a group whose blocks cannot hold
+ * the computed tokens. */
+int rec_request_decode(const uint8_t *p, size_t len, struct rec_request *r);
+uint32_t rec_request_token(const struct rec_request *r, size_t i);
+uint32_t rec_request_block(const struct rec_request *r, unsigned group, size_t i);
 
 void rec_window_steps_encode(uint8_t out[WINDOW_STEPS_SIZE], const struct rec_window_steps *s);
 int rec_window_steps_decode(const uint8_t *p, size_t len, struct rec_window_steps *s);

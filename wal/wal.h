@@ -56,6 +56,7 @@ enum wal_rec_type {
 	WAL_REC_ALLOC = 6,   /* device allocation with fingerprint */
 	WAL_REC_FREE = 7,    /* device allocation released */
 	WAL_REC_CRASH = 8,   /* crash marker written by a signal handler */
+	WAL_REC_REQUEST = 9, /* an engine request's tokens and KV blocks */
 	WAL_REC_USER = 0x100
 };
 

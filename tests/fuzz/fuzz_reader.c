@@ -42,6 +42,7 @@ static void decode_payload(const struct wal_record *rec)
 	struct rec_free fr;
 	struct rec_crash cr;
 	struct rec_window_steps ws;
+	struct rec_request rq;
 
 	switch (rec->type) {
 	case WAL_REC_EPOCH:
@@ -68,6 +69,17 @@ static void decode_payload(const struct wal_record *rec)
 	case WAL_REC_CRASH:
 		if (rec_crash_decode(rec->payload, rec->len, &cr) == 0)
 			sink += cr.nframes ? cr.frames[cr.nframes - 1] : 0;
+		break;
+	case WAL_REC_REQUEST:
+		/* Every token and block the decoder vouched for is read. */
+		if (rec_request_decode(rec->payload, rec->len, &rq) == 0) {
+			sink += rq.id[rq.id_len - 1];
+			for (size_t i = 0; i < rq.ntokens; i++)
+				sink += rec_request_token(&rq, i);
+			for (unsigned g = 0; g < rq.ngroups; g++)
+				for (size_t i = 0; i < rq.nblocks[g]; i++)
+					sink += rec_request_block(&rq, g, i);
+		}
 		break;
 	case WAL_REC_WINDOW:
 		/* The reader vouched for the fixed part of an intact window. */

@@ -47,6 +47,7 @@ ADAPTER(dec_free, rec_free_decode)
 ADAPTER(dec_crash, rec_crash_decode)
 ADAPTER(dec_steps, rec_window_steps_decode)
 ADAPTER(dec_routing, rec_routing_decode)
+ADAPTER(dec_request, rec_request_decode)
 
 /* ---- EPOCH ----------------------------------------------------------- */
 
@@ -470,6 +471,164 @@ static void test_window_steps(void)
 	CU_ASSERT_EQUAL(accepted_lengths(dec_steps, buf, WINDOW_STEPS_SIZE, &out), 1);
 }
 
+/* ---- REQUEST --------------------------------------------------------- */
+
+/* A request of 6 tokens (4 of prompt, 5 computed), blocks of 2 tokens, id
+ * "req-7" (5 bytes: 3 bytes of padding), two groups of 3 and 4 blocks. */
+static const uint32_t req_tokens[6] = { 11, 12, 13, 14, 0xfffffffeu, 16 };
+static const uint32_t req_g0[3] = { 7, 3, 0x80000001u }, req_g1[4] = { 1, 2, 3, 4 };
+static const uint32_t *const req_blocks[2] = { req_g0, req_g1 };
+#define REQ_LEN (REQUEST_HDR_SIZE + 8 + 2 * 4 + 6 * 4 + 7 * 4)
+
+static struct rec_request req_in(void)
+{
+	return (struct rec_request){ .step = UINT64_C(0x0102030405060708), .ntokens = 6,
+		.nprompt = 4, .ncomputed = 5, .block_tokens = 2, .id_len = 5, .ngroups = 2,
+		.flags = REQUEST_FINISHED, .id = (const uint8_t *)"req-7", .nblocks = { 3, 4 } };
+}
+
+static void test_request_round_trip(void)
+{
+	struct rec_request in = req_in(), out;
+	uint8_t buf[REQ_LEN + SLACK];
+	unsigned i;
+
+	CU_ASSERT_EQUAL(rec_request_size(&in), REQ_LEN);
+	CU_ASSERT_EQUAL_FATAL(rec_request_encode(buf, sizeof buf, &in, req_tokens, req_blocks),
+			      REQ_LEN);
+	CU_ASSERT_EQUAL_FATAL(rec_request_decode(buf, REQ_LEN, &out), 0);
+	CU_ASSERT_EQUAL(out.step, in.step);
+	CU_ASSERT_EQUAL(out.ntokens, 6);
+	CU_ASSERT_EQUAL(out.nprompt, 4);
+	CU_ASSERT_EQUAL(out.ncomputed, 5);
+	CU_ASSERT_EQUAL(out.block_tokens, 2);
+	CU_ASSERT_EQUAL(out.flags, REQUEST_FINISHED);
+	CU_ASSERT_EQUAL_FATAL(out.id_len, 5);
+	CU_ASSERT_EQUAL(memcmp(out.id, "req-7", 5), 0);
+	CU_ASSERT_EQUAL_FATAL(out.ngroups, 2);
+	CU_ASSERT_EQUAL(out.nblocks[0], 3);
+	CU_ASSERT_EQUAL(out.nblocks[1], 4);
+	for (i = 0; i < 6; i++)
+		CU_ASSERT_EQUAL(rec_request_token(&out, i), req_tokens[i]);
+	for (i = 0; i < 3; i++)
+		CU_ASSERT_EQUAL(rec_request_block(&out, 0, i), req_g0[i]);
+	for (i = 0; i < 4; i++)
+		CU_ASSERT_EQUAL(rec_request_block(&out, 1, i), req_g1[i]);
+	CU_ASSERT_EQUAL(accepted_lengths(dec_request, buf, REQ_LEN, &out), 1);
+	/* Too small a buffer: nothing. */
+	CU_ASSERT_EQUAL(rec_request_encode(buf, REQ_LEN - 1, &in, req_tokens, req_blocks), 0);
+}
+
+/* The bytes as FORMAT.md lays them out. */
+static void test_request_layout(void)
+{
+	struct rec_request in = req_in();
+	uint8_t buf[REQ_LEN];
+	size_t at = REQUEST_HDR_SIZE;
+
+	CU_ASSERT_EQUAL_FATAL(rec_request_encode(buf, sizeof buf, &in, req_tokens, req_blocks),
+			      REQ_LEN);
+	CU_ASSERT_EQUAL(get64(buf), UINT64_C(0x0102030405060708));
+	CU_ASSERT_EQUAL(get32(buf + 8), 6);
+	CU_ASSERT_EQUAL(get32(buf + 12), 4);
+	CU_ASSERT_EQUAL(get32(buf + 16), 5);
+	CU_ASSERT_EQUAL(get32(buf + 20), 2);
+	CU_ASSERT(buf[24] == 5 && buf[25] == 2 && buf[26] == REQUEST_FINISHED && buf[27] == 0);
+	CU_ASSERT_EQUAL(get32(buf + 28), 0);
+	CU_ASSERT_EQUAL(memcmp(buf + at, "req-7\0\0\0", 8), 0);
+	at += 8;
+	CU_ASSERT(get32(buf + at) == 3 && get32(buf + at + 4) == 4);
+	at += 8;
+	CU_ASSERT(get32(buf + at) == 11 && get32(buf + at + 16) == 0xfffffffeu);
+	at += 24;
+	CU_ASSERT(get32(buf + at) == 7 && get32(buf + at + 8) == 0x80000001u);
+	CU_ASSERT(get32(buf + at + 12) == 1 && get32(buf + at + 24) == 4);
+}
+
+/* Each field out of its bounds, on the encoder's side and on the bytes. */
+static void test_request_bounds(void)
+{
+	static const struct {
+		const char *what;
+		size_t off;         /* where to change the encoding */
+		int byte;           /* 1: a byte there, 0: a u32 */
+		uint32_t value;
+	} bad[] = {
+		{ "no tokens", 8, 0, 0 },
+		{ "too many tokens", 8, 0, REQUEST_MAX_TOKENS + 1 },
+		{ "prompt past the tokens", 12, 0, 7 },
+		{ "computed past the tokens", 16, 0, 7 },
+		{ "no tokens per block", 20, 0, 0 },
+		{ "blocks too large", 20, 0, REQUEST_MAX_BLOCK_TOKENS + 1 },
+		{ "blocks that cannot hold the computed tokens", 20, 0, 1 },
+		{ "empty id", 24, 1, 0 },
+		{ "no group", 25, 1, 0 },
+		{ "9 groups", 25, 1, 9 },
+		{ "unknown flag", 26, 1, 2 },
+		{ "reserved byte", 27, 1, 1 },
+		{ "reserved word", 28, 0, 1 },
+		{ "id padding", REQUEST_HDR_SIZE + 5, 1, 1 },
+		{ "group 1 two blocks short", REQUEST_HDR_SIZE + 12, 0, 2 },
+	};
+	struct rec_request in = req_in(), out;
+	uint8_t good[REQ_LEN], buf[REQ_LEN];
+	unsigned i;
+
+	CU_ASSERT_EQUAL_FATAL(rec_request_encode(good, sizeof good, &in, req_tokens, req_blocks),
+			      REQ_LEN);
+	for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		memcpy(buf, good, sizeof buf);
+		if (bad[i].byte)
+			buf[bad[i].off] = (uint8_t)bad[i].value;
+		else
+			put32(buf + bad[i].off, bad[i].value);
+		if (rec_request_decode(buf, sizeof buf, &out) != -1)
+			CU_FAIL(bad[i].what);
+	}
+	/* The encoder keeps the same bounds. */
+	in.ncomputed = 7;
+	CU_ASSERT_EQUAL(rec_request_size(&in), 0);
+	CU_ASSERT_EQUAL(rec_request_encode(buf, sizeof buf, &in, req_tokens, req_blocks), 0);
+	in = req_in();
+	in.nblocks[1] = 2;	/* 4 tokens in 2 blocks of 2: 5 computed do not fit */
+	CU_ASSERT_EQUAL(rec_request_size(&in), 0);
+	in = req_in();
+	in.flags = 4;
+	CU_ASSERT_EQUAL(rec_request_size(&in), 0);
+}
+
+/* Counts at their largest do not wrap the length: the decoder compares in
+ * 64 bits (a 4 M-token request with 8 groups of 4 M blocks is 144 MiB). */
+static void test_request_overflow(void)
+{
+	struct rec_request in = req_in(), out;
+	uint8_t buf[REQ_LEN];
+	unsigned g;
+
+	in.ntokens = in.nprompt = in.ncomputed = REQUEST_MAX_TOKENS;
+	in.block_tokens = 1;
+	in.ngroups = REQUEST_MAX_GROUPS;
+	for (g = 0; g < REQUEST_MAX_GROUPS; g++)
+		in.nblocks[g] = REQUEST_MAX_TOKENS;
+	CU_ASSERT_EQUAL(rec_request_size(&in), REQUEST_HDR_SIZE + 8 + 4 * 8 +
+			4 * (uint64_t)REQUEST_MAX_TOKENS * 9);
+	/* A header that claims that much, on a small buffer. */
+	CU_ASSERT_EQUAL_FATAL(rec_request_encode(buf, sizeof buf, &in, req_tokens, req_blocks), 0);
+	in = req_in();
+	CU_ASSERT_EQUAL_FATAL(rec_request_encode(buf, sizeof buf, &in, req_tokens, req_blocks),
+			      REQ_LEN);
+	put32(buf + 8, REQUEST_MAX_TOKENS);
+	CU_ASSERT_EQUAL(rec_request_decode(buf, sizeof buf, &out), -1);
+}
+
+static CU_TestInfo request_tests[] = {
+	{ "round trip, two groups", test_request_round_trip },
+	{ "byte layout", test_request_layout },
+	{ "every bound, encoder and decoder", test_request_bounds },
+	{ "lengths do not wrap", test_request_overflow },
+	CU_TEST_INFO_NULL
+};
+
 static CU_TestInfo fixed_tests[] = {
 	{ "EPOCH", test_epoch },
 	{ "KVREF", test_kvref },
@@ -502,6 +661,7 @@ static CU_SuiteInfo suites[] = {
 	{ .pName = "fixed-size payloads", .pTests = fixed_tests },
 	{ .pName = "routing", .pTests = routing_tests },
 	{ .pName = "crash", .pTests = crash_tests },
+	{ .pName = "request", .pTests = request_tests },
 	CU_SUITE_INFO_NULL
 };
 
