@@ -7,14 +7,18 @@
  * these functions only, never through the preload's internals, whether
  * libmoeft.so came in by LD_PRELOAD or by dlopen.
  *
- * What comes next here (the engine issues): open a window, record a
- * request's tokens and block ids, store KV chunks the preload cannot see,
- * query the restore index.  Every function is thread-safe; a failure is a
+ * Here now: versions, whether the process is instrumented, and the
+ * scheduler's side of a window (its running requests, their tokens and KV
+ * block ids).  To come (the engine issues): KV chunks the preload cannot
+ * see, the restore index.  Every function is thread-safe; a failure is a
  * return value (moeft_instrumenting says when the preload's start ends a
  * process).
  */
 #ifndef MOEFT_H
 #define MOEFT_H
+
+#include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,7 +28,7 @@ extern "C" {
 
 /* This header's version; moeft_api_version() returns the library's.  An
  * adapter built against version N needs a library of version N or newer. */
-#define MOEFT_API_VERSION 1
+#define MOEFT_API_VERSION 2
 
 MOEFT_API int moeft_api_version(void);
 
@@ -44,6 +48,46 @@ MOEFT_API const char *moeft_version(void);
  * taken (status 3).
  */
 MOEFT_API int moeft_instrumenting(void);
+
+/* The decode steps of a window (MOEFT_WINDOW, 16 unless set): an adapter
+ * commits its requests every that many engine steps.  0 when the process
+ * is not instrumented. */
+MOEFT_API unsigned moeft_window(void);
+
+/* A request as the engine's scheduler holds it. */
+struct moeft_request {
+	const char *id;                 /* id_len bytes (1 to 255) of printable
+					   ASCII, unique among those running */
+	size_t id_len;
+	const uint32_t *tokens;         /* the prompt's token ids, then those
+					   generated so far */
+	size_t ntokens;                 /* 1 to 2^22 */
+	size_t nprompt;                 /* of them the prompt's */
+	size_t ncomputed;               /* of them those whose KV is in the
+					   blocks */
+	uint32_t block_tokens;          /* tokens per KV block, 1 to 65536 */
+	uint32_t ngroups;               /* KV cache groups, 1 to 8 (a model
+					   with one kind of attention has 1) */
+	const uint32_t *const *blocks;  /* blocks[g]: group g's block ids, in
+					   token order */
+	const size_t *nblocks;          /* their counts; each group's blocks
+					   hold the computed tokens */
+	int finished;                   /* the engine finished it at this
+					   window's last step */
+};
+
+/*
+ * Commit, as one window of this process's log, the n requests the engine
+ * had running when its steps first_step .. first_step + steps - 1 ended:
+ * all of them (a request missing from the window was not running).  Each
+ * is checked first; nothing is written unless every one is good.  0 when
+ * the window is durable, or a negative errno: -EINVAL (no steps, the
+ * steps overflow, or a request out of the bounds above), -ENODEV (the
+ * process is not instrumented), -E2BIG (more than one window of the log
+ * can hold: MOEFT_WAL_SIZE), -ENOMEM, -EIO (the log could not take it).
+ */
+MOEFT_API int moeft_commit_requests(uint64_t first_step, uint32_t steps,
+				    const struct moeft_request *reqs, size_t n);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,12 @@
 /*
  * api.c - include/moeft.h, the public C API, over the preload.
  */
+#include <errno.h>
+
 #include "moeft.h"
+#include "requests.h"
 #include "shim.h"
+#include "start.h"
 
 int moeft_api_version(void)
 {
@@ -17,4 +21,17 @@ const char *moeft_version(void)
 int moeft_instrumenting(void)
 {
 	return shim_interposing() && shim_events_on();
+}
+
+unsigned moeft_window(void)
+{
+	return moeft_instrumenting() ? preload_window() : 0;
+}
+
+int moeft_commit_requests(uint64_t first_step, uint32_t steps, const struct moeft_request *reqs,
+			  size_t n)
+{
+	if (!moeft_instrumenting())
+		return -ENODEV;
+	return requests_commit(first_step, steps, reqs, n);
 }

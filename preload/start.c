@@ -181,6 +181,16 @@ int preload_start(void)
 	return 1;
 }
 
+struct wal *preload_log(void)
+{
+	return atomic_load_explicit(&pl.active, memory_order_acquire) ? pl.wal : NULL;
+}
+
+unsigned preload_window(void)
+{
+	return atomic_load_explicit(&pl.active, memory_order_acquire) ? pl.cfg.window : 0;
+}
+
 /* One line at MOEFT_LOG=info: what this process did. */
 static void summary(void)
 {

@@ -14,4 +14,9 @@
 /* 1 when the process is instrumented from now on, 0 when never. */
 int preload_start(void);
 
+/* Once started and instrumented: its log and MOEFT_WINDOW; NULL and 0
+ * before, when not instrumented, and in a child of fork(). */
+struct wal *preload_log(void);
+unsigned preload_window(void);
+
 #endif

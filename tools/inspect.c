@@ -65,41 +65,35 @@ static void describe_window(const struct wal_window *w, char *buf, size_t len)
 	if (rec_decode_window(w, &s))
 		snprintf(buf + n, len - (size_t)n, "; steps %" PRIu64 "-%" PRIu64 " (%" PRIu32
 			 " tokens)", s.first_step, s.first_step + s.steps - 1, s.tokens);
+	else if (rec_requests_window(w, &s))
+		snprintf(buf + n, len - (size_t)n, "; the engine's requests as of step %" PRIu64
+			 " (steps %" PRIu64 "-%" PRIu64 ")", s.first_step + s.steps - 1,
+			 s.first_step, s.first_step + s.steps - 1);
 	else
 		snprintf(buf + n, len - (size_t)n, "; %" PRIu32 " caller bytes", w->extra_len);
 }
 
-/* A short description of a record's payload.  0, or -1 (and
- * "undecodable") when the payload cannot be what its type says. */
 /* A record's description: a request's is the longest. */
 #define DESCRIBE_MAX 512
 
-/* A request's id is bytes from the log: printable ASCII as itself, the
- * rest (and the quote and backslash) as \xHH, at most 64 bytes of it. */
+/* The decoder vouched for the id: printable ASCII; at most 64 bytes shown. */
 static void describe_request(const struct rec_request *q, char *buf, size_t len)
 {
-	char id[64 * 4 + 4];
-	size_t n = 0, i, blocks = 0;
+	size_t blocks = 0;
 	unsigned g;
 
-	for (i = 0; i < q->id_len && i < 64; i++) {
-		unsigned char c = q->id[i];
-
-		if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')
-			id[n++] = (char)c;
-		else
-			n += (size_t)snprintf(id + n, sizeof id - n, "\\x%02x", c);
-	}
-	snprintf(id + n, sizeof id - n, "%s", q->id_len > 64 ? "..." : "");
 	for (g = 0; g < q->ngroups; g++)
 		blocks += q->nblocks[g];
-	snprintf(buf, len, "request \"%s\" at step %" PRIu64 ": %" PRIu32 " tokens (prompt %"
+	snprintf(buf, len, "request %.*s%s at step %" PRIu64 ": %" PRIu32 " tokens (prompt %"
 		 PRIu32 ", computed %" PRIu32 "), %zu blocks of %" PRIu32 " tokens in %u "
-		 "group%s%s", id, q->step, q->ntokens, q->nprompt, q->ncomputed, blocks,
-		 q->block_tokens, q->ngroups, q->ngroups == 1 ? "" : "s",
+		 "group%s%s", q->id_len > 64 ? 64 : (int)q->id_len, (const char *)q->id,
+		 q->id_len > 64 ? "..." : "", q->step, q->ntokens, q->nprompt, q->ncomputed,
+		 blocks, q->block_tokens, q->ngroups, q->ngroups == 1 ? "" : "s",
 		 q->flags & REQUEST_FINISHED ? ", finished" : "");
 }
 
+/* A short description of a record's payload.  0, or -1 (and
+ * "undecodable") when the payload cannot be what its type says. */
 static int describe(const struct wal_record *rec, const struct wal_window *w, char *buf, size_t len)
 {
 	union {

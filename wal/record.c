@@ -184,6 +184,9 @@ static int request_ok(const struct rec_request *r)
 	    r->block_tokens > REQUEST_MAX_BLOCK_TOKENS || r->id_len < 1 || r->ngroups < 1 ||
 	    r->ngroups > REQUEST_MAX_GROUPS || (r->flags & ~REQUEST_FINISHED))
 		return 0;
+	for (g = 0; g < r->id_len; g++)
+		if (r->id[g] < 0x20 || r->id[g] > 0x7e)
+			return 0;
 	for (g = 0; g < r->ngroups; g++)
 		if (r->nblocks[g] > REQUEST_MAX_TOKENS ||
 		    (uint64_t)r->nblocks[g] * r->block_tokens < r->ncomputed)
@@ -290,11 +293,23 @@ void rec_window_steps_encode(uint8_t out[WINDOW_STEPS_SIZE], const struct rec_wi
 	put32(out + 20, s->kv_chunks);
 }
 
-int rec_decode_window(const struct wal_window *w, struct rec_window_steps *s)
+/* An intact window whose extra bytes are steps, at least one, numbered
+ * without overflow. */
+static int stepped_window(const struct wal_window *w, struct rec_window_steps *s)
 {
 	return w->state == WAL_WINDOW_INTACT &&
 	       rec_window_steps_decode(w->extra, w->extra_len, s) == 0 && s->steps &&
 	       s->first_step <= UINT64_MAX - s->steps;
+}
+
+int rec_decode_window(const struct wal_window *w, struct rec_window_steps *s)
+{
+	return stepped_window(w, s) && !(s->flags & WINDOW_REQUESTS);
+}
+
+int rec_requests_window(const struct wal_window *w, struct rec_window_steps *s)
+{
+	return stepped_window(w, s) && (s->flags & WINDOW_REQUESTS);
 }
 
 int rec_window_steps_decode(const uint8_t *p, size_t len, struct rec_window_steps *s)

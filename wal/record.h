@@ -109,7 +109,8 @@ struct rec_crash {
 };
 
 /*
- * An engine request as of a step: its id, its token ids (the prompt, then
+ * An engine request as of a step: its id (printable ASCII, as engines make
+ * them), its token ids (the prompt, then
  * what it generated), how many of them have KV in its blocks, and its KV
  * block ids in order, per KV cache group (a model with one kind of
  * attention has one group).  Every count is bounded so that a record fits
@@ -121,6 +122,7 @@ struct rec_crash {
 #define REQUEST_MAX_TOKENS (1u << 22)
 #define REQUEST_MAX_BLOCK_TOKENS (1u << 16)
 #define REQUEST_FINISHED 1u     /* flags: the engine finished it at step */
+
 struct rec_request {
 	uint64_t step;
 	uint32_t ntokens;        /* 1 to REQUEST_MAX_TOKENS */
@@ -150,8 +152,11 @@ struct rec_window_steps {
 /* What a decode window lacks; 0: it is whole. */
 enum window_flag {
 	WINDOW_ROUTING_GAP = 1u << 0, /* routing was dropped (ring full, unplaced) */
-	WINDOW_KV_PARTIAL = 1u << 1   /* changed KV chunks were left for a later
+	WINDOW_KV_PARTIAL = 1u << 1,  /* changed KV chunks were left for a later
 					 window (staging full, store error) */
+	WINDOW_REQUESTS = 1u << 2     /* an engine adapter's window: the REQUEST
+					 records of every request running at
+					 its last step, and nothing else */
 };
 
 void rec_epoch_encode(uint8_t out[EPOCH_PAYLOAD_SIZE], const struct rec_epoch *e);
@@ -194,9 +199,12 @@ void rec_window_steps_encode(uint8_t out[WINDOW_STEPS_SIZE], const struct rec_wi
 int rec_window_steps_decode(const uint8_t *p, size_t len, struct rec_window_steps *s);
 
 /* Whether w is a decode window: intact, its extra bytes are a window's
- * steps, at least one, numbered without overflow.  1 with *s filled, or 0
- * (a window of allocation events, a crash handler's, a damaged one). */
+ * steps, at least one, numbered without overflow, not an adapter's.  1
+ * with *s filled, or 0 (a window of allocation events, a crash handler's,
+ * an adapter's, a damaged one). */
 struct wal_window;
 int rec_decode_window(const struct wal_window *w, struct rec_window_steps *s);
+/* The same for an engine adapter's window (WINDOW_REQUESTS). */
+int rec_requests_window(const struct wal_window *w, struct rec_window_steps *s);
 
 #endif

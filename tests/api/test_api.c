@@ -6,8 +6,12 @@
  * Versions; instrumenting when preloaded with a good configuration (the
  * log is created), not when merely dlopen'ed (no log either), off with
  * MOEFT_DISABLE and with a bad variable (no log), off in a child of fork().
+ * An adapter's windows: requests committed as REQUEST records read back
+ * from the log, every bad request refused with nothing written, and
+ * -ENODEV where the process is not instrumented.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +20,9 @@
 #include <unistd.h>
 
 #include "moeft.h"
+#include "record.h"
 #include "testutil.h"
+#include "wal.h"
 
 extern char **environ;
 
@@ -26,6 +32,8 @@ struct api {
 	int (*api_version)(void);
 	const char *(*version)(void);
 	int (*instrumenting)(void);
+	unsigned (*window)(void);
+	int (*commit_requests)(uint64_t, uint32_t, const struct moeft_request *, size_t);
 };
 
 /* In a child: the library's functions, from the global scope when it was
@@ -35,18 +43,23 @@ static struct api open_api(void)
 	int preloaded = getenv("LD_PRELOAD") != NULL;
 	void *h = preloaded ? RTLD_DEFAULT : dlopen(getenv("MOEFT_TEST_LIB"), RTLD_NOW | RTLD_LOCAL);
 	struct api a;
-	void *p[3];
+	void *p[5];
 
 	if (!preloaded && !h)
 		_exit(90);
 	p[0] = dlsym(h, "moeft_api_version");
 	p[1] = dlsym(h, "moeft_version");
 	p[2] = dlsym(h, "moeft_instrumenting");
-	if (!p[0] || !p[1] || !p[2])
-		_exit(91);
+	p[3] = dlsym(h, "moeft_window");
+	p[4] = dlsym(h, "moeft_commit_requests");
+	for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+		if (!p[i])
+			_exit(91);
 	memcpy(&a.api_version, &p[0], sizeof p[0]);
 	memcpy(&a.version, &p[1], sizeof p[1]);
 	memcpy(&a.instrumenting, &p[2], sizeof p[2]);
+	memcpy(&a.window, &p[3], sizeof p[3]);
+	memcpy(&a.commit_requests, &p[4], sizeof p[4]);
 	return a;
 }
 
@@ -83,11 +96,76 @@ static int forked(void)
 	return a.instrumenting() == 1 ? 0 : 3;
 }
 
+/* Two requests: "cmpl-a" of 5 tokens (3 of prompt, 4 computed) in blocks
+ * of 2 tokens, and "b" of one token, none computed, no block yet. */
+static const uint32_t a_tokens[6] = { 101, 102, 103, 104, 105, 106 }, a_blocks[3] = { 9, 4, 7 };
+static const uint32_t *const a_groups[1] = { a_blocks }, b_tokens[1] = { 55 };
+static const size_t two_blocks[1] = { 2 }, three_blocks[1] = { 3 }, no_blocks[1] = { 0 };
+
+static struct moeft_request req_a(void)
+{
+	return (struct moeft_request){ .id = "cmpl-a", .id_len = 6, .tokens = a_tokens,
+		.ntokens = 5, .nprompt = 3, .ncomputed = 4, .block_tokens = 2, .ngroups = 1,
+		.blocks = a_groups, .nblocks = two_blocks };
+}
+
+/* Preloaded with MOEFT_WINDOW=4: bad calls refused, then two windows,
+ * steps 0-3 (both requests) and 4-7 ("cmpl-a" finished, 6 tokens); a
+ * window too large for the log is refused. */
+static int requests(void)
+{
+	struct api a = open_api();
+	struct moeft_request r[2] = { req_a(), { .id = "b", .id_len = 1, .tokens = b_tokens,
+		.ntokens = 1, .block_tokens = 2, .ngroups = 1, .blocks = a_groups,
+		.nblocks = no_blocks } }, bad;
+	int fails = 0;
+
+	if (a.window() != 4)
+		return 10;
+	fails += a.commit_requests(0, 0, r, 2) != -EINVAL;              /* no steps */
+	fails += a.commit_requests(UINT64_MAX, 2, r, 2) != -EINVAL;     /* overflow */
+	bad = req_a(), bad.ncomputed = 6;                               /* past the tokens */
+	fails += a.commit_requests(0, 4, (struct moeft_request[]){ r[0], bad }, 2) != -EINVAL;
+	bad = req_a(), bad.ncomputed = 5;                               /* 2 blocks of 2 */
+	fails += a.commit_requests(0, 4, &bad, 1) != -EINVAL;
+	bad = req_a(), bad.id = "cmpl\n";                               /* not printable */
+	fails += a.commit_requests(0, 4, &bad, 1) != -EINVAL;
+	bad = req_a(), bad.id_len = 0;
+	fails += a.commit_requests(0, 4, &bad, 1) != -EINVAL;
+	bad = req_a(), bad.ngroups = 9;
+	fails += a.commit_requests(0, 4, &bad, 1) != -EINVAL;
+	bad = req_a(), bad.ntokens = (size_t)1 << 23;
+	fails += a.commit_requests(0, 4, &bad, 1) != -EINVAL;
+	if (fails)
+		return 11;
+	if (a.commit_requests(0, 4, r, 2) != 0)
+		return 12;
+	r[0].ntokens = 6, r[0].ncomputed = 6, r[0].nblocks = three_blocks, r[0].finished = 1;
+	if (a.commit_requests(4, 4, r, 1) != 0)
+		return 13;
+	/* 16 MiB of tokens: more than a window of a 16 MiB log holds. */
+	bad = r[1], bad.ntokens = REQUEST_MAX_TOKENS;
+	if (!(bad.tokens = calloc(REQUEST_MAX_TOKENS, sizeof *bad.tokens)))
+		return 14;
+	fails = a.commit_requests(8, 4, &bad, 1) != -E2BIG;
+	free((void *)bad.tokens);
+	return fails ? 15 : 0;
+}
+
+/* Not instrumented (dlopen'ed): no window, and nothing to commit to. */
+static int requests_off(void)
+{
+	struct api a = open_api();
+	struct moeft_request r = req_a();
+
+	return a.window() == 0 && a.commit_requests(0, 4, &r, 1) == -ENODEV ? 0 : 1;
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(void);
 } modes[] = { { "versions", versions }, { "instrumenting", instrumenting },
-	      { "forked", forked } };
+	      { "forked", forked }, { "requests", requests }, { "requests-off", requests_off } };
 
 /*
  * Run mode in a child: this program again, with the caller's environment
@@ -186,6 +264,76 @@ static void test_fork(void)
 	CU_ASSERT_EQUAL(in_child("forked", 1, vars), 0);
 }
 
+/* One REQUEST record as the child committed it. */
+static void check_request(const struct wal_record *rec, const char *id, uint64_t step,
+			  uint32_t ntokens, uint32_t ncomputed, uint32_t nblocks, int finished)
+{
+	struct rec_request q;
+	uint32_t i;
+
+	CU_ASSERT_EQUAL_FATAL(rec->type, WAL_REC_REQUEST);
+	CU_ASSERT_EQUAL_FATAL(rec_request_decode(rec->payload, rec->len, &q), 0);
+	CU_ASSERT(q.id_len == strlen(id) && !memcmp(q.id, id, q.id_len));
+	CU_ASSERT_EQUAL(q.step, step);
+	CU_ASSERT_EQUAL(q.ntokens, ntokens);
+	CU_ASSERT_EQUAL(q.ncomputed, ncomputed);
+	CU_ASSERT_EQUAL(q.ngroups, 1);
+	CU_ASSERT_EQUAL_FATAL(q.nblocks[0], nblocks);
+	CU_ASSERT_EQUAL(q.flags, finished ? REQUEST_FINISHED : 0);
+	CU_ASSERT_EQUAL(q.block_tokens, 2);
+	for (i = 0; i < ntokens; i++)
+		CU_ASSERT_EQUAL(rec_request_token(&q, i), id[0] == 'b' ? b_tokens[i] : a_tokens[i]);
+	for (i = 0; i < nblocks; i++)
+		CU_ASSERT_EQUAL(rec_request_block(&q, 0, i), a_blocks[i]);
+}
+
+static void test_requests(void)
+{
+	char wal[128], path[160];
+	const char *vars[] = { wal_var(wal, sizeof wal, "req.wal"), "MOEFT_WAL_SIZE=16M",
+			       "MOEFT_WINDOW=4", NULL };
+	struct rec_window_steps ws;
+	const struct wal_window *win;
+	struct wal_reader *r;
+	struct wal_error err;
+	struct wal_record rec[8];
+	struct wal_iter it;
+	size_t nwin, i, n = 0, adapter = 0;
+
+	CU_ASSERT_EQUAL_FATAL(in_child("requests", 1, vars), 0);
+	snprintf(path, sizeof path, "%s/req.wal", dir);
+	CU_ASSERT_EQUAL_FATAL(wal_reader_open_path(path, &r, &err), 0);
+	win = wal_reader_windows(r, &nwin);
+	for (i = 0; i < nwin; i++)
+		if (rec_requests_window(&win[i], &ws)) {
+			CU_ASSERT_EQUAL(ws.first_step, adapter * 4);
+			CU_ASSERT_EQUAL(ws.steps, 4);
+			CU_ASSERT(!rec_decode_window(&win[i], &ws));
+			adapter++;
+		}
+	CU_ASSERT_EQUAL(adapter, 2);
+	wal_iter_init(&it, r);
+	while (n < 8 && wal_iter_next(&it, &rec[n]))
+		if (rec[n].type == WAL_REC_REQUEST)
+			n++;
+	CU_ASSERT_EQUAL_FATAL(n, 3);	/* nothing of the refused calls */
+	check_request(&rec[0], "cmpl-a", 3, 5, 4, 2, 0);
+	check_request(&rec[1], "b", 3, 1, 0, 0, 0);
+	check_request(&rec[2], "cmpl-a", 7, 6, 6, 3, 1);
+	CU_ASSERT_EQUAL(rec[0].window, rec[1].window);
+	CU_ASSERT(rec[2].window != rec[1].window);
+	wal_reader_close(r);
+}
+
+static void test_requests_off(void)
+{
+	char wal[128];
+	const char *vars[] = { wal_var(wal, sizeof wal, "reqoff.wal"), NULL };
+
+	CU_ASSERT_EQUAL(in_child("requests-off", 0, vars), 0);
+	CU_ASSERT(!exists("reqoff.wal"));
+}
+
 static int setup(void)
 {
 	snprintf(dir, sizeof dir, "/tmp/moeft-api-XXXXXX");
@@ -208,6 +356,8 @@ int main(int argc, char **argv)
 		{ "dlopen", test_dlopen },
 		{ "off", test_off },
 		{ "fork", test_fork },
+		{ "an adapter's requests", test_requests },
+		{ "requests, not instrumented", test_requests_off },
 		CU_TEST_INFO_NULL,
 	};
 	CU_SuiteInfo suites[] = {

@@ -568,6 +568,8 @@ static void test_request_bounds(void)
 		{ "reserved byte", 27, 1, 1 },
 		{ "reserved word", 28, 0, 1 },
 		{ "id padding", REQUEST_HDR_SIZE + 5, 1, 1 },
+		{ "a control byte in the id", REQUEST_HDR_SIZE + 1, 1, '\n' },
+		{ "a byte past ASCII in the id", REQUEST_HDR_SIZE + 4, 1, 0x80 },
 		{ "group 1 two blocks short", REQUEST_HDR_SIZE + 12, 0, 2 },
 	};
 	struct rec_request in = req_in(), out;
