@@ -3,6 +3,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "forge.h"
@@ -94,6 +95,36 @@ uint64_t forge_commit(struct forge *f, uint64_t first_step, uint32_t steps, uint
 		return 0;
 	}
 	return ci.window;
+}
+
+void forge_request(struct forge *f, const char *id, uint64_t step, uint32_t ntokens,
+		   uint32_t ncomputed)
+{
+	struct rec_request r = { .step = step, .ntokens = ntokens, .nprompt = ntokens / 2,
+				 .ncomputed = ncomputed, .block_tokens = 4,
+				 .id_len = (uint8_t)strlen(id), .ngroups = 1,
+				 .id = (const uint8_t *)id, .nblocks = { (ncomputed + 3) / 4 } };
+	uint32_t *tokens = malloc(((size_t)ntokens + r.nblocks[0] + 1) * sizeof *tokens);
+	const uint32_t *blocks[1];
+	uint8_t *p;
+	size_t len = rec_request_size(&r);
+
+	if (f->status)
+		goto out;
+	if (!tokens || !len || !(p = malloc(len))) {
+		failed(f, WAL_ENOMEM, "forge_request %s: out of memory or out of bounds", id);
+		goto out;
+	}
+	for (uint32_t i = 0; i < ntokens; i++)
+		tokens[i] = i + 1;
+	for (uint32_t i = 0; i < r.nblocks[0]; i++)
+		tokens[ntokens + i] = 100 + i;
+	blocks[0] = tokens + ntokens;
+	rec_request_encode(p, len, &r, tokens, blocks);
+	append(f, WAL_REC_REQUEST, p, (uint32_t)len);
+	free(p);
+out:
+	free(tokens);
 }
 
 uint64_t forge_alloc(struct forge *f, uint64_t id, uint64_t size, uint32_t ordinal, int role)

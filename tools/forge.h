@@ -41,6 +41,13 @@ uint64_t forge_open_window(const struct forge *f);
  * first_step (flags: enum window_flag) when steps > 0.  Its id. */
 uint64_t forge_commit(struct forge *f, uint64_t first_step, uint32_t steps, uint32_t flags);
 
+/* A REQUEST record in the open window: request id as of step, ntokens
+ * tokens (1, 2, ...; the first half the prompt), ncomputed of them in
+ * blocks of 4 tokens (ids 100, 101, ...), one group.  Commit the window
+ * with WINDOW_REQUESTS to make it an adapter's. */
+void forge_request(struct forge *f, const char *id, uint64_t step, uint32_t ntokens,
+		   uint32_t ncomputed);
+
 /* An ALLOC record of allocation id (base 0x1000 * id, cudaMalloc) in a
  * window of its own, as the preload logs one.  That window's id. */
 uint64_t forge_alloc(struct forge *f, uint64_t id, uint64_t size, uint32_t ordinal, int role);

@@ -37,12 +37,14 @@
 #include "media.h"
 #include "plan.h"
 #include "record.h"
+#include "reqindex.h"
 #include "restore.h"
 #include "state.h"
 
 #define MANIFEST RESTORE_MANIFEST_NAME
 #define ROUTING "routing.bin"
 #define PLAN RESTORE_PLAN_NAME
+#define REQUESTS REQINDEX_NAME
 /* The earlier restore's manifest while this one writes: what it lists may
  * be removed, and no manifest names a set that is half this one's. */
 #define RETIRED MANIFEST ".old"
@@ -68,7 +70,7 @@ struct restore {
 	int hold;                       /* the log, held against writers */
 	struct state s;
 	struct image *img;              /* per s.pool */
-	uint64_t bytes, chunks, lost, routing;
+	uint64_t bytes, chunks, lost, routing, requests;
 	uint64_t stored, stored_bytes;  /* of those: from the store (the rest: zeros) */
 	unsigned lost_named;            /* under lock, with done and shown */
 	pthread_mutex_t lock;           /* the image writers' shared lines */
@@ -106,8 +108,8 @@ static double now(void)
 /* ---- the output directory ----------------------------------------------- */
 
 /* A name restore writes: manifest.json (and, while it writes, the earlier
- * one as manifest.json.old), routing.bin, plan, kv-pool-N.bin, or one of
- * them with ".tmp" after it (what a killed restore leaves). */
+ * one as manifest.json.old), routing.bin, plan, requests, kv-pool-N.bin,
+ * or one of them with ".tmp" after it (what a killed restore leaves). */
 static int ours(const char *name, int *tmp)
 {
 	size_t n = strlen(name), d;
@@ -118,7 +120,8 @@ static int ours(const char *name, int *tmp)
 	if ((n == strlen(MANIFEST) && !strncmp(name, MANIFEST, n)) ||
 	    (n == strlen(RETIRED) && !strncmp(name, RETIRED, n)) ||
 	    (n == strlen(ROUTING) && !strncmp(name, ROUTING, n)) ||
-	    (n == strlen(PLAN) && !strncmp(name, PLAN, n)))
+	    (n == strlen(PLAN) && !strncmp(name, PLAN, n)) ||
+	    (n == strlen(REQUESTS) && !strncmp(name, REQUESTS, n)))
 		return 1;
 	if (n < 13 || strncmp(name, "kv-pool-", 8) || strncmp(name + n - 4, ".bin", 4))
 		return 0;
@@ -351,6 +354,8 @@ static int retire(struct restore *rs)
 		return io_fail(rs, MANIFEST, errno);
 	if (unlinkat(rs->dir, PLAN, 0) < 0 && errno != ENOENT)
 		return io_fail(rs, PLAN, errno);
+	if (unlinkat(rs->dir, REQUESTS, 0) < 0 && errno != ENOENT)
+		return io_fail(rs, REQUESTS, errno);
 	if (fsync(rs->dir) < 0)
 		return io_fail(rs, ".", errno);
 	return 0;
@@ -531,6 +536,60 @@ static int write_routing(struct restore *rs)
 	return tmp_commit(rs, f, tmp, ROUTING, 0);
 }
 
+/* requests (reqindex.h): the engine's requests as of the state's adapter
+ * window, when the log has one. */
+static int write_requests(struct restore *rs)
+{
+	const struct state_requests *q = &rs->s.req;
+	struct reqindex x = { .log_id = rs->s.rec->log_id };
+	size_t len;
+	uint8_t *buf;
+	char tmp[32];
+	FILE *f;
+	int ret;
+
+	if (!q->w)
+		return 0;
+	x.window = q->w->id;
+	x.first_step = q->s.first_step;
+	x.last_step = q->s.first_step + q->s.steps - 1;
+	if (!(len = reqindex_format(NULL, 0, &x, q->payload, q->len, q->n)))
+		return cli_fail(rs->cmd, rs->json, EXIT_BAD, "%s: window %" PRIu64 " holds "
+				"requests that cannot be restored (two of one id, or too many)",
+				rs->wal, q->w->id);
+	if (!(buf = malloc(len)))
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "out of memory");
+	reqindex_format(buf, len, &x, q->payload, q->len, q->n);
+	if (!(f = tmp_open(rs, REQUESTS, tmp, sizeof tmp))) {
+		free(buf);
+		return io_fail(rs, tmp, errno);
+	}
+	fwrite(buf, 1, len, f);
+	free(buf);
+	ret = tmp_commit(rs, f, tmp, REQUESTS, 0);
+	if (!ret)
+		rs->requests = q->n;
+	return ret;
+}
+
+static void requests_json(struct json *j, const struct restore *rs)
+{
+	const struct state_requests *q = &rs->s.req;
+
+	json_key(j, "requests");
+	if (!q->w) {
+		json_str(j, NULL);
+		return;
+	}
+	json_obj_begin(j);
+	json_kv_str(j, "file", REQUESTS);
+	json_kv_u64(j, "window", q->w->id);
+	json_kv_u64(j, "first_step", q->s.first_step);
+	json_kv_u64(j, "last_step", q->s.first_step + q->s.steps - 1);
+	json_kv_u64(j, "count", rs->requests);
+	json_obj_end(j);
+}
+
 /* "0x" and `digits` hex digits */
 static void kv_hex(struct json *j, const char *key, int digits, uint64_t v)
 {
@@ -670,6 +729,7 @@ static void manifest_json(struct json *j, const struct restore *rs)
 	json_arr_end(j);
 	json_obj_end(j);
 	experts_json(j, &s->hist);
+	requests_json(j, rs);
 	json_kv_u64(j, "lost_chunks", rs->lost);
 	json_kv_bool(j, "history_complete", s->history_complete);
 	problems_json(j, rs);
@@ -827,6 +887,7 @@ static void summary(const struct restore *rs, double seconds)
 		json_kv_u64(&j, "stored_bytes", rs->stored_bytes);
 		json_kv_u64(&j, "zero_chunks", rs->chunks - rs->stored - rs->lost);
 		json_kv_u64(&j, "routing_records", rs->routing);
+		json_kv_u64(&j, "requests", rs->requests);
 		json_kv_bool(&j, "history_complete", s->history_complete);
 		json_kv_double(&j, "seconds", seconds);
 		json_kv_double(&j, "mb_per_s", mbs);
@@ -843,6 +904,10 @@ static void summary(const struct restore *rs, double seconds)
 		s->npools, s->npools == 1 ? "" : "s", cli_fmt_bytes(b, sizeof b, rs->bytes),
 		rs->chunks, cli_fmt_bytes(st, sizeof st, rs->stored_bytes), rs->stored,
 		rs->chunks - rs->stored - rs->lost, rs->lost, rs->routing, seconds, mbs, rs->out);
+	if (s->req.w)
+		fprintf(stderr, "moeft restore: %" PRIu64 " engine request%s as of step %" PRIu64
+			" (window %" PRIu64 ") -> %s/%s\n", rs->requests, rs->requests == 1 ? "" : "s",
+			s->req.s.first_step + s->req.s.steps - 1, s->req.w->id, rs->out, REQUESTS);
 }
 
 /* A log the preload will take over as blank (its process died before it
@@ -906,7 +971,7 @@ static int run(struct restore *rs)
 	if (rs->lost_named > LOST_LINES)
 		fprintf(stderr, "moeft restore: and %u more lost chunks (manifest.json lists them)\n",
 			rs->lost_named - LOST_LINES);
-	if ((ret = write_routing(rs)))
+	if ((ret = write_routing(rs)) || (ret = write_requests(rs)))
 		return ret;
 	/* A plan only for a state CMD may resume from (bring_back refuses
 	 * the rest): none names a state that is not whole. */

@@ -171,6 +171,51 @@ static int scan(struct state *s, struct scan *sc)
 	return 0;
 }
 
+/* The adapter's window of s->req: the newest of C's epoch whose last step
+ * is C's or earlier; its REQUEST records that decode (the others are
+ * counted bad).  0, or -1 out of memory. */
+static int requests(struct state *s, const struct wal_window *win, size_t nwin)
+{
+	uint64_t last = s->cs.first_step + s->cs.steps - 1;
+	struct state_requests *q = &s->req;
+	struct rec_window_steps ws;
+	struct rec_request rr;
+	struct wal_record rec;
+	struct wal_iter it;
+	size_t i, cap = 0;
+
+	for (i = 0; i < nwin && win[i].id <= s->c->id; i++)
+		if (win[i].epoch == s->c->epoch && rec_requests_window(&win[i], &ws) &&
+		    ws.first_step + ws.steps - 1 <= last) {
+			q->w = &win[i];
+			q->s = ws;
+		}
+	if (!q->w)
+		return 0;
+	wal_iter_init(&it, s->r);
+	while (wal_iter_next(&it, &rec) && rec.window <= q->w->id) {
+		if (rec.window != q->w->id || rec.type != WAL_REC_REQUEST)
+			continue;
+		if (rec_request_decode(rec.payload, rec.len, &rr) < 0) {
+			s->bad++;
+			continue;
+		}
+		if (q->n == cap) {
+			const uint8_t **p = grow(q->payload, &cap, q->n, sizeof *p);
+			uint32_t *l = p ? realloc(q->len, cap * sizeof *l) : NULL;
+
+			if (p)
+				q->payload = p;
+			if (!l)
+				return -1;
+			q->len = l;
+		}
+		q->payload[q->n] = rec.payload;
+		q->len[q->n++] = rec.len;
+	}
+	return 0;
+}
+
 static int by_id(const void *x, const void *y)
 {
 	const struct event *a = x, *b = y;
@@ -356,6 +401,10 @@ int state_load(struct state *s, const char *wal_path, char *msg, size_t msglen)
 	win = wal_reader_windows(s->r, &nwin);
 	for (i = nwin; i > 0 && !rec_decode_window(&win[i - 1], &s->cs); i--)
 		;
+	/* No kernels logged: a scheduler's process, its requests alone. */
+	if (!i)
+		for (i = nwin; i > 0 && !rec_requests_window(&win[i - 1], &s->cs); i--)
+			;
 	if (!i) {
 		fail(msg, msglen, "%s: no committed decode window (%zu committed window%s, none "
 		     "with decode steps): nothing to restore", wal_path, nwin, nwin == 1 ? "" : "s");
@@ -365,7 +414,7 @@ int state_load(struct state *s, const char *wal_path, char *msg, size_t msglen)
 	s->c = &win[i - 1];
 	if (open_store(s, wal_path, msg, msglen) < 0)
 		goto out;
-	if (routing_windows(s, win, nwin) < 0 || scan(s, &sc) < 0)
+	if (routing_windows(s, win, nwin) < 0 || scan(s, &sc) < 0 || requests(s, win, nwin) < 0)
 		goto oom;
 	s->history_complete = complete(s, &sc);
 	if (replay(s, &sc) < 0 || pools(s, &sc) < 0)
@@ -389,6 +438,8 @@ void state_free(struct state *s)
 	free(s->pool);
 	free(s->alloc);
 	free(s->win);
+	free(s->req.payload);
+	free(s->req.len);
 	hist_free(&s->hist);
 	kvs_reader_close(s->kv);
 	wal_reader_close(s->r);

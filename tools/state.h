@@ -39,6 +39,12 @@
  *    epoch up to C (steps restart at 0 in every process), and per layer
  *    the tokens routed to each expert.
  *
+ *  - the engine's requests: the REQUEST records of the newest engine
+ *    adapter's window (WINDOW_REQUESTS) of C's epoch whose last step is no
+ *    later than C's, so that the KV they name is in the state.  A log with
+ *    an adapter's windows and no decode window (a scheduler's process,
+ *    which runs no kernels) has its newest adapter's window as C.
+ *
  * The log and the store are untrusted: records that do not decode, or
  * KVREFs of a chunk the store lacks, are counted (state.bad), never used.
  */
@@ -75,6 +81,16 @@ struct state_pool {
 	size_t nref;
 };
 
+/* The engine's requests as of the adapter's window w (NULL: none). */
+struct state_requests {
+	const struct wal_window *w;
+	struct rec_window_steps s;
+	size_t n;
+	const uint8_t **payload;        /* n REQUEST payloads, in the reader's
+					   mapping, each decoding */
+	uint32_t *len;
+};
+
 /* A decode window whose routing is restored. */
 struct state_window {
 	uint64_t id;
@@ -100,12 +116,14 @@ struct state {
 	struct hist hist;               /* their expert usage */
 	uint64_t kvrefs;                /* KVREF records of C's epoch up to C */
 	uint64_t bad;                   /* records up to C that cannot be used */
+	struct state_requests req;
 };
 
 /*
  * Read the log at wal_path and its KV store (wal_path + ".kv"; a missing
  * one is no error: device-DAX and routing-only logs have none).  0;
- * STATE_NOTHING when the log has no committed decode window; or -1.  On
+ * STATE_NOTHING when the log has no committed decode window nor adapter's
+ * window; or -1.  On
  * failure msg names what is wrong: the log cannot be read, it has no
  * committed decode window, the store belongs to another log or cannot be
  * read, out of memory.

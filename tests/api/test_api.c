@@ -8,7 +8,9 @@
  * MOEFT_DISABLE and with a bad variable (no log), off in a child of fork().
  * An adapter's windows: requests committed as REQUEST records read back
  * from the log, every bad request refused with nothing written, and
- * -ENODEV where the process is not instrumented.
+ * -ENODEV where the process is not instrumented; `moeft restore` of that
+ * log (MOEFT_TEST_CLI) writes the request index, which answers a resumed
+ * request's tokens with its blocks.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -21,6 +23,7 @@
 
 #include "moeft.h"
 #include "record.h"
+#include "reqindex.h"
 #include "testutil.h"
 #include "wal.h"
 
@@ -325,6 +328,36 @@ static void test_requests(void)
 	wal_reader_close(r);
 }
 
+/* The index `moeft restore --out` makes of the log of test_requests: the
+ * newest window's one request, which a resubmission of its tokens and one
+ * more matches to its 6 computed tokens, 3 blocks of 2. */
+static void test_request_index(void)
+{
+	static const uint32_t resumed[7] = { 101, 102, 103, 104, 105, 106, 200 };
+	const struct rec_request *hit;
+	struct reqindex x;
+	char cmd[512], path[160], err[200];
+	uint8_t buf[4096];
+	size_t len;
+	FILE *f;
+
+	snprintf(cmd, sizeof cmd, "'%s' restore --wal %s/req.wal --out %s/req.out 2>/dev/null",
+		 getenv("MOEFT_TEST_CLI"), dir, dir);
+	CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+	snprintf(path, sizeof path, "%s/req.out/%s", dir, REQINDEX_NAME);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f = fopen(path, "rb"));
+	len = fread(buf, 1, sizeof buf, f);
+	fclose(f);
+	CU_ASSERT_EQUAL_FATAL(reqindex_parse(buf, len, &x, err, sizeof err), 0);
+	CU_ASSERT(x.first_step == 4 && x.last_step == 7);
+	CU_ASSERT_EQUAL_FATAL(x.n, 1);
+	CU_ASSERT(x.reqs[0].id_len == 6 && !memcmp(x.reqs[0].id, "cmpl-a", 6));
+	CU_ASSERT_EQUAL(reqindex_match(&x, resumed, 7, &hit), 6);
+	CU_ASSERT_PTR_EQUAL(hit, &x.reqs[0]);
+	CU_ASSERT_EQUAL(rec_request_block(hit, 0, 2), 7);
+	reqindex_free(&x);
+}
+
 static void test_requests_off(void)
 {
 	char wal[128];
@@ -357,6 +390,7 @@ int main(int argc, char **argv)
 		{ "off", test_off },
 		{ "fork", test_fork },
 		{ "an adapter's requests", test_requests },
+		{ "moeft restore's request index", test_request_index },
 		{ "requests, not instrumented", test_requests_off },
 		CU_TEST_INFO_NULL,
 	};

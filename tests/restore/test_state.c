@@ -4,7 +4,8 @@
  * frees, a reclaimed start); pools and their chunks (data, zeros, a second
  * process's pool whose old copies are stale, store pools no allocation
  * holds); KVREFs the store contradicts; the routing windows and their
- * records; a missing store and one of another log.
+ * records; a missing store and one of another log; the engine's requests
+ * with and without decode windows.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -402,6 +403,82 @@ static void test_store_presence(void)
 	state_free(&s);
 }
 
+/* The request id and step of s->req's i-th request. */
+static int request_is(const struct state *s, size_t i, const char *id, uint64_t step,
+		      uint32_t ntokens)
+{
+	struct rec_request r;
+
+	return i < s->req.n && rec_request_decode(s->req.payload[i], s->req.len[i], &r) == 0 &&
+	       r.id_len == strlen(id) && !memcmp(r.id, id, r.id_len) && r.step == step &&
+	       r.ntokens == ntokens;
+}
+
+/* With decode windows: the requests of the newest adapter's window whose
+ * last step is C's or earlier, none of a later one nor of another epoch. */
+static void test_requests(void)
+{
+	struct forge f;
+	struct state s;
+	char msg[512];
+	uint64_t c, w2;
+
+	forge_new(&f, "requests");
+	forge_request(&f, "old", 3, 8, 8);		/* the first process's */
+	forge_commit(&f, 0, 4, WINDOW_REQUESTS);
+	forge_done(&f);
+	CU_ASSERT_EQUAL_FATAL(forge_open(&f), 0);	/* the second */
+	forge_request(&f, "a", 7, 10, 9);
+	forge_request(&f, "b", 7, 4, 3);
+	forge_commit(&f, 0, 8, WINDOW_REQUESTS);
+	routing(&f, 3, 0, 2, 1);
+	forge_commit(&f, 0, 8, 0);
+	forge_request(&f, "a", 15, 18, 17);
+	w2 = forge_commit(&f, 8, 8, WINDOW_REQUESTS);
+	routing(&f, 12, 0, 2, 1);
+	c = forge_commit(&f, 8, 8, 0);
+	forge_request(&f, "a", 23, 26, 25);		/* past C: its KV is not */
+	forge_request(&f, "c", 23, 4, 3);
+	forge_commit(&f, 16, 8, WINDOW_REQUESTS);
+	forge_done(&f);
+	CU_ASSERT_EQUAL_FATAL(load(&s, &f, msg, sizeof msg), 0);
+	CU_ASSERT_EQUAL(s.c->id, c);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(s.req.w);
+	CU_ASSERT_EQUAL(s.req.w->id, w2);
+	CU_ASSERT(s.req.s.first_step == 8 && s.req.s.steps == 8);
+	CU_ASSERT_EQUAL_FATAL(s.req.n, 1);
+	CU_ASSERT(request_is(&s, 0, "a", 15, 18));
+	CU_ASSERT_EQUAL(s.nwin, 2);	/* adapter windows are no routing windows */
+	state_free(&s);
+}
+
+/* A scheduler's process logs no kernels: its newest adapter window is C. */
+static void test_requests_only(void)
+{
+	struct forge f;
+	struct state s;
+	char msg[512];
+	uint64_t w;
+
+	forge_new(&f, "reqonly");
+	forge_request(&f, "a", 15, 18, 17);
+	forge_commit(&f, 0, 16, WINDOW_REQUESTS);
+	forge_request(&f, "a", 31, 34, 33);
+	forge_request(&f, "b", 31, 5, 4);
+	w = forge_commit(&f, 16, 16, WINDOW_REQUESTS);
+	forge_done(&f);
+	CU_ASSERT_EQUAL_FATAL(load(&s, &f, msg, sizeof msg), 0);
+	CU_ASSERT_EQUAL(s.c->id, w);
+	CU_ASSERT(s.cs.first_step == 16 && s.cs.steps == 16);
+	CU_ASSERT_PTR_EQUAL(s.req.w, s.c);
+	CU_ASSERT_EQUAL_FATAL(s.req.n, 2);
+	CU_ASSERT(request_is(&s, 0, "a", 31, 34));
+	CU_ASSERT(request_is(&s, 1, "b", 31, 5));
+	CU_ASSERT_EQUAL(s.nwin, 0);
+	CU_ASSERT_EQUAL(s.npools, 0);
+	state_free(&s);
+}
+
 static CU_TestInfo state_tests[] = {
 	{ "no decode window", test_no_decode_window },
 	{ "table and chunks", test_table_and_chunks },
@@ -410,6 +487,8 @@ static CU_TestInfo state_tests[] = {
 	{ "reclaimed start", test_reclaimed_start },
 	{ "routing records", test_routing_records },
 	{ "store missing or of another log", test_store_presence },
+	{ "the engine's requests", test_requests },
+	{ "requests alone", test_requests_only },
 	CU_TEST_INFO_NULL
 };
 
