@@ -7,10 +7,10 @@
  * these functions only, never through the preload's internals, whether
  * libmoeft.so came in by LD_PRELOAD or by dlopen.
  *
- * Here now: versions, whether the process is instrumented, and the
+ * Here now: versions, whether the process is instrumented, the
  * scheduler's side of a window (its running requests, their tokens and KV
- * block ids).  To come (the engine issues): KV chunks the preload cannot
- * see, the restore index.  Every function is thread-safe; a failure is a
+ * block ids), and after a restore the restored requests' prefixes.  To
+ * come (the engine issues): KV chunks the preload cannot see.  Every function is thread-safe; a failure is a
  * return value (moeft_instrumenting says when the preload's start ends a
  * process).
  */
@@ -88,6 +88,22 @@ struct moeft_request {
  */
 MOEFT_API int moeft_commit_requests(uint64_t first_step, uint32_t steps,
 				    const struct moeft_request *reqs, size_t n);
+
+/*
+ * In a process `moeft restore -- CMD` started, whose crashed predecessor
+ * committed its requests: of tokens[n] (a request sent again, its prompt
+ * and what it had generated before), the leading tokens whose KV the
+ * restored state holds, in the crashed engine's blocks.  The longest
+ * prefix any restored request shares with tokens, by token ids, no longer
+ * than that request's computed tokens nor n - 1 (the engine computes at
+ * least the last token itself), in whole blocks.  Returns that count of
+ * tokens (0: none) with *nblocks block ids of KV cache group `group` in
+ * blocks[max], in token order; or a negative errno: -ENODEV (no restored
+ * requests in this process), -EINVAL (tokens NULL, or no such group),
+ * -ENOSPC (max is short: *nblocks says how many it takes).
+ */
+MOEFT_API long moeft_restored_prefix(const uint32_t *tokens, size_t n, unsigned group,
+				     uint32_t *blocks, size_t max, size_t *nblocks);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,7 @@
 
 #include "moeft.h"
 #include "requests.h"
+#include "resume.h"
 #include "shim.h"
 #include "start.h"
 
@@ -34,4 +35,18 @@ int moeft_commit_requests(uint64_t first_step, uint32_t steps, const struct moef
 	if (!moeft_instrumenting())
 		return -ENODEV;
 	return requests_commit(first_step, steps, reqs, n);
+}
+
+long moeft_restored_prefix(const uint32_t *tokens, size_t n, unsigned group, uint32_t *blocks,
+			   size_t max, size_t *nblocks)
+{
+	size_t ignored;
+
+	if (!nblocks)
+		nblocks = &ignored;
+	if (!moeft_instrumenting()) {
+		*nblocks = 0;
+		return -ENODEV;
+	}
+	return resume_prefix(tokens, n, group, blocks, max, nblocks);
 }

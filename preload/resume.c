@@ -17,11 +17,13 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include "config.h"
 #include "copyin.h"
 #include "msg.h"
 #include "plan.h"
+#include "reqindex.h"
 #include "restore.h"
 #include "resume.h"
 #include "shim.h"
@@ -39,6 +41,12 @@ static struct {
 	/* the copies' event once they are in: set under the lock, read without
 	 * it at exit (a copy-in holds the lock for as long as it takes) */
 	_Atomic(void *) restored;
+	atomic_int no_pools;       /* the plan has none: the state is in at the
+				      start, nothing to copy or wait for */
+	/* the engine's requests beside the plan (reqindex.h): read at load,
+	 * never changed after */
+	struct reqindex index;
+	uint8_t *index_bytes;      /* NULL: the plan has none */
 } rm = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 void resume_refuse(const char *fmt, ...)
@@ -52,6 +60,45 @@ void resume_refuse(const char *fmt, ...)
 	msg_log(WAL_LOG_ERROR, "restore: %s; stopping (run moeft restore with --force-fresh to "
 		"start without restoring)", what);
 	_exit(RESUME_EXIT_REFUSED);
+}
+
+/* The request index beside the plan, when there is one: a file of at most
+ * REQINDEX_FILE_MAX bytes that parses, of the plan's log, of no later
+ * step than its window.  Anything else stops the process: a connector
+ * would serve KV from it. */
+#define REQINDEX_FILE_MAX (UINT64_C(1) << 30)
+
+static void load_index(const char *plan)
+{
+	char path[PATH_MAX + 16], err[200];
+	struct stat st;
+	ssize_t n;
+	size_t got = 0;
+	int fd;
+
+	snprintf(path, sizeof path, "%.*s/%s", (int)(strrchr(plan, '/') - plan), plan,
+		 REQINDEX_NAME);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
+		if (errno == ENOENT)
+			return;
+		resume_refuse("%s: %s", path, strerror(errno));
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > REQINDEX_FILE_MAX)
+		resume_refuse("%s: not a request index (a regular file of at most 1 GiB)", path);
+	if (!(rm.index_bytes = malloc(st.st_size ? (size_t)st.st_size : 1)))
+		resume_refuse("%s: out of memory", path);
+	while (got < (size_t)st.st_size &&
+	       ((n = read(fd, rm.index_bytes + got, (size_t)st.st_size - got)) > 0 ||
+		(n < 0 && errno == EINTR)))
+		got += n > 0 ? (size_t)n : 0;
+	close(fd);
+	if (got != (size_t)st.st_size)
+		resume_refuse("%s: cannot be read whole", path);
+	if (reqindex_parse(rm.index_bytes, got, &rm.index, err, sizeof err) < 0)
+		resume_refuse("%s: %s", path, err);
+	if (rm.index.log_id != rm.plan.log_id || rm.index.last_step > rm.plan.last_step)
+		resume_refuse("%s: not of the plan's log and window (log %016" PRIx64 ", step %"
+			      PRIu64 ")", path, rm.index.log_id, rm.index.last_step);
 }
 
 /*
@@ -96,6 +143,7 @@ __attribute__((constructor)) static void resume_at_load(void)
 	if (access(manifest, R_OK) < 0 || setenv("MOEFT_RESTORE_MANIFEST", manifest, 1) < 0)
 		resume_refuse("cannot hand the command its resume position (%s): %s", manifest,
 			      strerror(errno));
+	load_index(cfg.restore_plan);
 }
 
 int resume_requested(void)
@@ -111,8 +159,8 @@ static void *copies(void)
 
 int resume_pending(void)
 {
-	return rm.requested && getpid() == rm.pid &&
-	       !copies();
+	return rm.requested && getpid() == rm.pid && !copies() &&
+	       !atomic_load_explicit(&rm.no_pools, memory_order_relaxed);
 }
 
 /* At exit: a process told to resume whose restored KV was never copied
@@ -138,6 +186,14 @@ void resume_start(struct wal *w, const char *wal_path, int at_step)
 	rm.pid = getpid();
 	atexit(ended_unrestored);
 	rm.matched = !restore_unmatched(&rm.plan);
+	if (!rm.plan.npools) {
+		atomic_store_explicit(&rm.no_pools, 1, memory_order_relaxed);
+		msg_log(WAL_LOG_INFO, "restore: window %" PRIu64 " (steps %" PRIu64 "-%" PRIu64
+			") has no KV pools to copy, %zu engine requests; resuming at step %" PRIu64,
+			rm.plan.window, rm.plan.first_step, rm.plan.last_step, rm.index.n,
+			rm.plan.last_step + 1);
+		return;
+	}
 	if (!at_step) {
 		atomic_store_explicit(&rm.watching, 1, memory_order_relaxed);
 		shim_watch_launches(1);
@@ -234,6 +290,8 @@ void resume_step(void *stream, const struct clk_tick *t)
 {
 	int r;
 
+	if (atomic_load_explicit(&rm.no_pools, memory_order_relaxed))
+		return;
 	pthread_mutex_lock(&rm.lock);
 	if (!copies())
 		copy_in(stream);
@@ -245,9 +303,33 @@ void resume_step(void *stream, const struct clk_tick *t)
 void resume_check_kv_pool(const struct alloc_info *a)
 {
 	pthread_mutex_lock(&rm.lock);
-	if (copies() && !restore_claimed(&rm.plan, a->base))
+	if ((copies() || atomic_load_explicit(&rm.no_pools, memory_order_relaxed)) &&
+	    !restore_claimed(&rm.plan, a->base))
 		resume_refuse("the allocation at 0x%" PRIx64 " (%" PRIu64 " bytes) holds KV here, "
 			      "but the crashed process had no such KV pool: another model or "
 			      "configuration", a->base, a->size);
 	pthread_mutex_unlock(&rm.lock);
+}
+
+long resume_prefix(const uint32_t *tokens, size_t n, unsigned group, uint32_t *blocks,
+		   size_t max, size_t *nblocks)
+{
+	const struct rec_request *r;
+	size_t got, i, k;
+
+	*nblocks = 0;
+	if (!rm.index_bytes || getpid() != rm.pid)
+		return -ENODEV;
+	if ((n && !tokens) || group >= REQUEST_MAX_GROUPS)
+		return -EINVAL;
+	if (!(got = reqindex_match(&rm.index, tokens, n, &r)))
+		return 0;
+	if (group >= r->ngroups)
+		return -EINVAL;
+	*nblocks = k = got / r->block_tokens;
+	if (k > max || (k && !blocks))
+		return -ENOSPC;
+	for (i = 0; i < k; i++)
+		blocks[i] = rec_request_block(r, group, i);
+	return (long)got;
 }

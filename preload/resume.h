@@ -19,16 +19,22 @@
  * launch.  Either way every other stream waits for the copies before its
  * own first step.
  *
+ * A plan without pools (a scheduler's process: the engine's requests
+ * alone) is in at the start.  The engine's requests beside the plan
+ * (reqindex.h) are read at load and answer moeft_restored_prefix.
+ *
  * Whatever keeps the process from taking the plan (MOEFT_DISABLE, a bad
- * variable, a bad plan, a log it cannot open or of another identity, a
- * pool no allocation claimed, a KV write into an allocation the crashed
- * process had no pool for, a copy the driver refused) stops it with status
+ * variable, a bad plan or request index, a log it cannot open or of
+ * another identity, a pool no allocation claimed, a KV write into an
+ * allocation the crashed process had no pool for, a copy the driver
+ * refused) stops it with status
  * RESUME_EXIT_REFUSED and one line: running on would serve from state the
  * user believes restored.
  */
 #ifndef MOEFT_RESUME_H
 #define MOEFT_RESUME_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "alloc_table.h"
@@ -79,6 +85,10 @@ void resume_step(void *stream, const struct clk_tick *t);
 /* Allocation a holds KV here: stop if the copies are in and the crashed
  * process had no pool there. */
 void resume_check_kv_pool(const struct alloc_info *a);
+
+/* moeft_restored_prefix of include/moeft.h (its contract there). */
+long resume_prefix(const uint32_t *tokens, size_t n, unsigned group, uint32_t *blocks,
+		   size_t max, size_t *nblocks);
 
 /* Stop the process: the plan cannot be taken (printf-style reason). */
 __attribute__((noreturn, format(printf, 1, 2)))

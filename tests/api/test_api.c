@@ -37,6 +37,7 @@ struct api {
 	int (*instrumenting)(void);
 	unsigned (*window)(void);
 	int (*commit_requests)(uint64_t, uint32_t, const struct moeft_request *, size_t);
+	long (*restored_prefix)(const uint32_t *, size_t, unsigned, uint32_t *, size_t, size_t *);
 };
 
 /* In a child: the library's functions, from the global scope when it was
@@ -46,7 +47,7 @@ static struct api open_api(void)
 	int preloaded = getenv("LD_PRELOAD") != NULL;
 	void *h = preloaded ? RTLD_DEFAULT : dlopen(getenv("MOEFT_TEST_LIB"), RTLD_NOW | RTLD_LOCAL);
 	struct api a;
-	void *p[5];
+	void *p[6];
 
 	if (!preloaded && !h)
 		_exit(90);
@@ -55,6 +56,7 @@ static struct api open_api(void)
 	p[2] = dlsym(h, "moeft_instrumenting");
 	p[3] = dlsym(h, "moeft_window");
 	p[4] = dlsym(h, "moeft_commit_requests");
+	p[5] = dlsym(h, "moeft_restored_prefix");
 	for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
 		if (!p[i])
 			_exit(91);
@@ -63,6 +65,7 @@ static struct api open_api(void)
 	memcpy(&a.instrumenting, &p[2], sizeof p[2]);
 	memcpy(&a.window, &p[3], sizeof p[3]);
 	memcpy(&a.commit_requests, &p[4], sizeof p[4]);
+	memcpy(&a.restored_prefix, &p[5], sizeof p[5]);
 	return a;
 }
 
@@ -155,20 +158,47 @@ static int requests(void)
 	return fails ? 15 : 0;
 }
 
-/* Not instrumented (dlopen'ed): no window, and nothing to commit to. */
+/* Not instrumented (dlopen'ed): no window, nothing to commit to, nothing
+ * restored. */
 static int requests_off(void)
 {
 	struct api a = open_api();
 	struct moeft_request r = req_a();
+	size_t nb = 9;
 
-	return a.window() == 0 && a.commit_requests(0, 4, &r, 1) == -ENODEV ? 0 : 1;
+	return a.window() == 0 && a.commit_requests(0, 4, &r, 1) == -ENODEV &&
+	       a.restored_prefix(a_tokens, 5, 0, NULL, 0, &nb) == -ENODEV && nb == 0 ? 0 : 1;
+}
+
+/* Started by `moeft restore -- this --child prefix` on the log of
+ * "requests": "cmpl-a" sent again with one token more is 6 tokens in its
+ * 3 blocks; a short buffer, a missing group, other tokens. */
+static int prefix(void)
+{
+	static const uint32_t resumed[7] = { 101, 102, 103, 104, 105, 106, 200 };
+	static const uint32_t other[5] = { 101, 7, 103, 104, 105 };
+	struct api a = open_api();
+	uint32_t blocks[8] = { 0 };
+	size_t nb = 0;
+
+	if (a.restored_prefix(resumed, 7, 0, blocks, 8, &nb) != 6 || nb != 3 || blocks[0] != 9 ||
+	    blocks[1] != 4 || blocks[2] != 7)
+		return 20;
+	if (a.restored_prefix(resumed, 7, 0, blocks, 2, &nb) != -ENOSPC || nb != 3)
+		return 21;
+	if (a.restored_prefix(resumed, 7, 1, blocks, 8, &nb) != -EINVAL)
+		return 22;
+	if (a.restored_prefix(other, 5, 0, blocks, 8, &nb) != 0 || nb != 0)
+		return 23;
+	return a.restored_prefix(NULL, 3, 0, blocks, 8, &nb) == -EINVAL ? 0 : 24;
 }
 
 static const struct {
 	const char *name;
 	int (*fn)(void);
 } modes[] = { { "versions", versions }, { "instrumenting", instrumenting },
-	      { "forked", forked }, { "requests", requests }, { "requests-off", requests_off } };
+	      { "forked", forked }, { "requests", requests }, { "requests-off", requests_off },
+	      { "prefix", prefix } };
 
 /*
  * Run mode in a child: this program again, with the caller's environment
@@ -358,6 +388,51 @@ static void test_request_index(void)
 	reqindex_free(&x);
 }
 
+/* The status of `ENV... CMD` run by the shell, stderr into DIR/err. */
+static int shell(const char *cmd)
+{
+	char line[2048];
+	int st;
+
+	snprintf(line, sizeof line, "env -u LD_PRELOAD %s 2>%s/err", cmd, dir);
+	st = system(line);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* moeft restore -- this program: the restored process answers with the
+ * crashed one's blocks (a plan of no pools is in at once); a damaged
+ * index beside the plan stops the process before it resumes. */
+static void test_restored_prefix(void)
+{
+	char self[512], cmd[1536], path[160];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	FILE *f;
+	int c;
+
+	CU_ASSERT_FATAL(n > 0);
+	self[n] = '\0';
+	snprintf(cmd, sizeof cmd, "MOEFT_TEST_LIB='%s' '%s' restore --wal %s/req.wal "
+		 "--out %s/req.online --preload '%s' -- '%s' --child prefix",
+		 getenv("MOEFT_TEST_LIB"), getenv("MOEFT_TEST_CLI"), dir, dir,
+		 getenv("MOEFT_TEST_LIB"), self);
+	CU_ASSERT_EQUAL(shell(cmd), 0);
+	/* One byte of the index changed: status 3, the file named. */
+	snprintf(path, sizeof path, "%s/req.online/%s", dir, REQINDEX_NAME);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f = fopen(path, "r+b"));
+	fseek(f, 60, SEEK_SET);
+	c = fgetc(f);
+	fseek(f, 60, SEEK_SET);
+	fputc(c ^ 1, f);
+	fclose(f);
+	snprintf(cmd, sizeof cmd, "MOEFT_TEST_LIB='%s' MOEFT_RESTORE=%s/req.online/plan "
+		 "MOEFT_WAL=%s/req.wal LD_PRELOAD='%s' '%s' --child prefix",
+		 getenv("MOEFT_TEST_LIB"), dir, dir, getenv("MOEFT_TEST_LIB"), self);
+	CU_ASSERT_EQUAL(shell(cmd), 3);
+	snprintf(cmd, sizeof cmd, "grep -q 'req.online/requests: its CRC does not match' %s/err",
+		 dir);
+	CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
 static void test_requests_off(void)
 {
 	char wal[128];
@@ -391,6 +466,7 @@ int main(int argc, char **argv)
 		{ "fork", test_fork },
 		{ "an adapter's requests", test_requests },
 		{ "moeft restore's request index", test_request_index },
+		{ "the restored process's prefixes", test_restored_prefix },
 		{ "requests, not instrumented", test_requests_off },
 		CU_TEST_INFO_NULL,
 	};
