@@ -79,12 +79,17 @@ struct moeft_request {
 /*
  * Commit, as one window of this process's log, the n requests the engine
  * had running when its steps first_step .. first_step + steps - 1 ended:
- * all of them (a request missing from the window was not running).  Each
- * is checked first; nothing is written unless every one is good.  0 when
- * the window is durable, or a negative errno: -EINVAL (no steps, the
- * steps overflow, or a request out of the bounds above), -ENODEV (the
- * process is not instrumented), -E2BIG (more than one window of the log
- * can hold: MOEFT_WAL_SIZE), -ENOMEM, -EIO (the log could not take it).
+ * all of them (a request missing from the window was not running), at
+ * most 2^20.  Each is checked first; nothing is written unless every one
+ * is good.  0 when the window is durable, or a negative errno: -EINVAL (no
+ * steps, the steps overflow, too many requests, two of one id, or a
+ * request out of the bounds above), -ENODEV (the process is not
+ * instrumented), -E2BIG (more than one window of the log can ever hold),
+ * -ENOSPC (the log has no room now: MOEFT_WAL_SIZE), -ENOMEM, -EIO.
+ *
+ * A restore takes these requests from a process whose kernels the
+ * preload does not log (a scheduler's); where it logs them too, the
+ * engine's steps and its own are not paired yet, and none are taken.
  */
 MOEFT_API int moeft_commit_requests(uint64_t first_step, uint32_t steps,
 				    const struct moeft_request *reqs, size_t n);
@@ -98,9 +103,10 @@ MOEFT_API int moeft_commit_requests(uint64_t first_step, uint32_t steps,
  * than that request's computed tokens nor n - 1 (the engine computes at
  * least the last token itself), in whole blocks.  Returns that count of
  * tokens (0: none) with *nblocks block ids of KV cache group `group` in
- * blocks[max], in token order; or a negative errno: -ENODEV (no restored
- * requests in this process), -EINVAL (tokens NULL, or no such group),
- * -ENOSPC (max is short: *nblocks says how many it takes).
+ * blocks[max], in token order; or a negative errno: -ENODEV (this process
+ * restored no request index), -EINVAL (tokens NULL, group 8 or more, or a
+ * matching request without that group), -ENOSPC (max is short: *nblocks
+ * says how many it takes).
  */
 MOEFT_API long moeft_restored_prefix(const uint32_t *tokens, size_t n, unsigned group,
 				     uint32_t *blocks, size_t max, size_t *nblocks);

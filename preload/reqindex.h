@@ -16,7 +16,10 @@
  *	CRC-32C of all the bytes before it  u32
  *
  * Nothing after the CRC.  Every payload decodes, no two share an id,
- * first step <= last step, at most REQINDEX_MAX_REQUESTS requests.
+ * first step <= last step, at most REQINDEX_MAX_REQUESTS requests.  The
+ * window is the log's adapter window the requests are of, the plan's
+ * window too: restore mode takes an index only with its plan's log id,
+ * window and last step.
  */
 #ifndef MOEFT_REQINDEX_H
 #define MOEFT_REQINDEX_H

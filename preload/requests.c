@@ -9,10 +9,12 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "allocs.h"
 #include "msg.h"
 #include "record.h"
+#include "reqindex.h"
 #include "requests.h"
 #include "start.h"
 #include "wal.h"
@@ -43,6 +45,36 @@ static int to_record(const struct moeft_request *m, uint64_t step, struct rec_re
 	return 0;
 }
 
+static int by_id(const void *x, const void *y)
+{
+	const struct moeft_request *a = *(const struct moeft_request *const *)x,
+				   *b = *(const struct moeft_request *const *)y;
+	int d = memcmp(a->id, b->id, a->id_len < b->id_len ? a->id_len : b->id_len);
+
+	return d ? d : (a->id_len > b->id_len) - (a->id_len < b->id_len);
+}
+
+/* Whether two of reqs[n] (ids checked) share an id: 1, 0, or -1 out of
+ * memory.  A restore could not index them. */
+static int ids_repeat(const struct moeft_request *reqs, size_t n)
+{
+	const struct moeft_request **v;
+	size_t i;
+	int twice = 0;
+
+	if (n < 2)
+		return 0;
+	if (!(v = malloc(n * sizeof *v)))
+		return -1;
+	for (i = 0; i < n; i++)
+		v[i] = &reqs[i];
+	qsort(v, n, sizeof *v, by_id);
+	for (i = 1; i < n && !twice; i++)
+		twice = !by_id(&v[i - 1], &v[i]);
+	free(v);
+	return twice;
+}
+
 /* The n requests encoded one after the other into a new buffer, each
  * length in lens[]: the buffer, or NULL with *err -EINVAL or -ENOMEM. */
 static uint8_t *encode_all(const struct moeft_request *reqs, size_t n, uint64_t step,
@@ -60,6 +92,13 @@ static uint8_t *encode_all(const struct moeft_request *reqs, size_t n, uint64_t 
 		lens[i] = (uint32_t)len;
 		total += len;
 	}
+	switch (ids_repeat(reqs, n)) {
+	case 1:
+		return NULL;	/* -EINVAL */
+	case -1:
+		*err = -ENOMEM;
+		return NULL;
+	}
 	*err = -ENOMEM;
 	if (!(buf = malloc(total ? total : 1)))
 		return NULL;
@@ -74,8 +113,9 @@ static int errno_of(int wal_status)
 {
 	switch (wal_status) {
 	case WAL_E2BIG:
-	case WAL_EFULL:
 		return -E2BIG;
+	case WAL_EFULL:
+		return -ENOSPC;
 	case WAL_ENOMEM:
 		return -ENOMEM;
 	default:
@@ -95,7 +135,7 @@ int requests_commit(uint64_t first_step, uint32_t steps, const struct moeft_requ
 	int64_t r = 0;
 	int err;
 
-	if (!steps || first_step > UINT64_MAX - steps || (n && !reqs))
+	if (!steps || first_step > UINT64_MAX - steps || (n && !reqs) || n > REQINDEX_MAX_REQUESTS)
 		return -EINVAL;
 	if (!(w = preload_log()))
 		return -ENODEV;

@@ -47,6 +47,7 @@ static struct {
 	 * never changed after */
 	struct reqindex index;
 	uint8_t *index_bytes;      /* NULL: the plan has none */
+	char plan_path[PATH_MAX];
 } rm = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 void resume_refuse(const char *fmt, ...)
@@ -63,9 +64,10 @@ void resume_refuse(const char *fmt, ...)
 }
 
 /* The request index beside the plan, when there is one: a file of at most
- * REQINDEX_FILE_MAX bytes that parses, of the plan's log, of no later
- * step than its window.  Anything else stops the process: a connector
- * would serve KV from it. */
+ * REQINDEX_FILE_MAX bytes that parses, of the plan's log and window.
+ * Anything else stops the process: a connector would serve KV from it.
+ * Read by the process that opens the log only, not by every child that
+ * inherits MOEFT_RESTORE. */
 #define REQINDEX_FILE_MAX (UINT64_C(1) << 30)
 
 static void load_index(const char *plan)
@@ -96,9 +98,11 @@ static void load_index(const char *plan)
 		resume_refuse("%s: cannot be read whole", path);
 	if (reqindex_parse(rm.index_bytes, got, &rm.index, err, sizeof err) < 0)
 		resume_refuse("%s: %s", path, err);
-	if (rm.index.log_id != rm.plan.log_id || rm.index.last_step > rm.plan.last_step)
-		resume_refuse("%s: not of the plan's log and window (log %016" PRIx64 ", step %"
-			      PRIu64 ")", path, rm.index.log_id, rm.index.last_step);
+	if (rm.index.log_id != rm.plan.log_id || rm.index.window != rm.plan.window ||
+	    rm.index.last_step != rm.plan.last_step)
+		resume_refuse("%s: not of the plan's log and window (log %016" PRIx64 ", window %"
+			      PRIu64 ", step %" PRIu64 ")", path, rm.index.log_id, rm.index.window,
+			      rm.index.last_step);
 }
 
 /*
@@ -143,7 +147,7 @@ __attribute__((constructor)) static void resume_at_load(void)
 	if (access(manifest, R_OK) < 0 || setenv("MOEFT_RESTORE_MANIFEST", manifest, 1) < 0)
 		resume_refuse("cannot hand the command its resume position (%s): %s", manifest,
 			      strerror(errno));
-	load_index(cfg.restore_plan);
+	snprintf(rm.plan_path, sizeof rm.plan_path, "%s", cfg.restore_plan);
 }
 
 int resume_requested(void)
@@ -184,6 +188,7 @@ void resume_start(struct wal *w, const char *wal_path, int at_step)
 		resume_refuse("MOEFT_RESTORE: the plan is for log %016" PRIx64 ", %s is log %016"
 			      PRIx64, rm.plan.log_id, wal_path, st.log_id);
 	rm.pid = getpid();
+	load_index(rm.plan_path);
 	atexit(ended_unrestored);
 	rm.matched = !restore_unmatched(&rm.plan);
 	if (!rm.plan.npools) {
@@ -320,7 +325,7 @@ long resume_prefix(const uint32_t *tokens, size_t n, unsigned group, uint32_t *b
 	*nblocks = 0;
 	if (!rm.index_bytes || getpid() != rm.pid)
 		return -ENODEV;
-	if ((n && !tokens) || group >= REQUEST_MAX_GROUPS)
+	if (!tokens || group >= REQUEST_MAX_GROUPS)
 		return -EINVAL;
 	if (!(got = reqindex_match(&rm.index, tokens, n, &r)))
 		return 0;

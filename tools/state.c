@@ -8,6 +8,7 @@
  * bounded by what the log holds, never by a count the store claims.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -171,27 +172,29 @@ static int scan(struct state *s, struct scan *sc)
 	return 0;
 }
 
-/* The adapter's window of s->req: the newest of C's epoch whose last step
- * is C's or earlier; its REQUEST records that decode (the others are
- * counted bad).  0, or -1 out of memory. */
-static int requests(struct state *s, const struct wal_window *win, size_t nwin)
+/* Whether an ALLOC record of the scan made an allocation a KV pool. */
+static int kv_pool_logged(const struct scan *sc)
 {
-	uint64_t last = s->cs.first_step + s->cs.steps - 1;
+	for (size_t i = 0; i < sc->nev; i++)
+		if (sc->ev[i].is_alloc && sc->ev[i].a.role == ALLOC_ROLE_KV_POOL)
+			return 1;
+	return 0;
+}
+
+/* The requests of C when C is an adapter's window: its REQUEST records
+ * that decode (the others are counted bad).  0, or -1 out of memory. */
+static int requests(struct state *s)
+{
 	struct state_requests *q = &s->req;
-	struct rec_window_steps ws;
 	struct rec_request rr;
 	struct wal_record rec;
 	struct wal_iter it;
-	size_t i, cap = 0;
+	size_t cap = 0;
 
-	for (i = 0; i < nwin && win[i].id <= s->c->id; i++)
-		if (win[i].epoch == s->c->epoch && rec_requests_window(&win[i], &ws) &&
-		    ws.first_step + ws.steps - 1 <= last) {
-			q->w = &win[i];
-			q->s = ws;
-		}
-	if (!q->w)
+	if (!(s->cs.flags & WINDOW_REQUESTS))
 		return 0;
+	q->w = s->c;
+	q->s = s->cs;
 	wal_iter_init(&it, s->r);
 	while (wal_iter_next(&it, &rec) && rec.window <= q->w->id) {
 		if (rec.window != q->w->id || rec.type != WAL_REC_REQUEST)
@@ -414,8 +417,17 @@ int state_load(struct state *s, const char *wal_path, char *msg, size_t msglen)
 	s->c = &win[i - 1];
 	if (open_store(s, wal_path, msg, msglen) < 0)
 		goto out;
-	if (routing_windows(s, win, nwin) < 0 || scan(s, &sc) < 0 || requests(s, win, nwin) < 0)
+	if (routing_windows(s, win, nwin) < 0 || scan(s, &sc) < 0 || requests(s) < 0)
 		goto oom;
+	/* An adapter's window stands for the state only in a process that
+	 * logged no KV: one whose decode windows are gone (reclaimed, failed)
+	 * cannot be restored from its requests alone. */
+	if ((s->cs.flags & WINDOW_REQUESTS) && (s->kvrefs || kv_pool_logged(&sc))) {
+		fail(msg, msglen, "%s: the process of window %" PRIu64 " logged KV, and no decode "
+		     "window of it is left: nothing to restore", wal_path, s->c->id);
+		ret = STATE_NOTHING;
+		goto out;
+	}
 	s->history_complete = complete(s, &sc);
 	if (replay(s, &sc) < 0 || pools(s, &sc) < 0)
 		goto oom;

@@ -39,11 +39,13 @@
  *    epoch up to C (steps restart at 0 in every process), and per layer
  *    the tokens routed to each expert.
  *
- *  - the engine's requests: the REQUEST records of the newest engine
- *    adapter's window (WINDOW_REQUESTS) of C's epoch whose last step is no
- *    later than C's, so that the KV they name is in the state.  A log with
- *    an adapter's windows and no decode window (a scheduler's process,
- *    which runs no kernels) has its newest adapter's window as C.
+ *  - the engine's requests: in a log with an engine adapter's windows
+ *    (WINDOW_REQUESTS) and no decode window, a scheduler's process that
+ *    logs no kernels, C is the newest adapter's window and its REQUEST
+ *    records are the requests.  Where the preload also logs this
+ *    process's kernels, the engine's steps and the preload's are not
+ *    paired yet: no requests are taken.  A process that logged KV and has
+ *    no decode window left is nothing to restore (not its requests alone).
  *
  * The log and the store are untrusted: records that do not decode, or
  * KVREFs of a chunk the store lacks, are counted (state.bad), never used.
@@ -81,7 +83,8 @@ struct state_pool {
 	size_t nref;
 };
 
-/* The engine's requests as of the adapter's window w (NULL: none). */
+/* The engine's requests as of the adapter's window w, which is C (NULL:
+ * none). */
 struct state_requests {
 	const struct wal_window *w;
 	struct rec_window_steps s;

@@ -156,7 +156,8 @@ enum window_flag {
 					 window (staging full, store error) */
 	WINDOW_REQUESTS = 1u << 2     /* an engine adapter's window: the REQUEST
 					 records of every request running at
-					 its last step, and nothing else */
+					 its last step (and in a writer's
+					 first window its EPOCH record) */
 };
 
 void rec_epoch_encode(uint8_t out[EPOCH_PAYLOAD_SIZE], const struct rec_epoch *e);

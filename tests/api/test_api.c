@@ -142,6 +142,8 @@ static int requests(void)
 	fails += a.commit_requests(0, 4, &bad, 1) != -EINVAL;
 	bad = req_a(), bad.ntokens = (size_t)1 << 23;
 	fails += a.commit_requests(0, 4, &bad, 1) != -EINVAL;
+	fails += a.commit_requests(0, 4, (struct moeft_request[]){ r[0], r[1], r[0] }, 3) !=
+		 -EINVAL;                                               /* two of one id */
 	if (fails)
 		return 11;
 	if (a.commit_requests(0, 4, r, 2) != 0)
@@ -190,7 +192,9 @@ static int prefix(void)
 		return 22;
 	if (a.restored_prefix(other, 5, 0, blocks, 8, &nb) != 0 || nb != 0)
 		return 23;
-	return a.restored_prefix(NULL, 3, 0, blocks, 8, &nb) == -EINVAL ? 0 : 24;
+	if (a.restored_prefix(NULL, 0, 0, blocks, 8, &nb) != -EINVAL)
+		return 24;
+	return a.restored_prefix(resumed, 7, 8, blocks, 8, &nb) == -EINVAL ? 0 : 25;
 }
 
 static const struct {
