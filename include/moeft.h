@@ -9,8 +9,10 @@
  *
  * Here now: versions, whether the process is instrumented, the
  * scheduler's side of a window (its running requests, their tokens and KV
- * block ids), and after a restore the restored requests' prefixes.  To
- * come (the engine issues): KV chunks the preload cannot see.  Every function is thread-safe; a failure is a
+ * block ids), the worker's side where the preload cannot see the KV
+ * (host pools and their written chunks), and after a restore the restored
+ * requests' prefixes.  To come (the engine issues): host pools restored
+ * into a resumed process.  Every function is thread-safe; a failure is a
  * return value (moeft_instrumenting says when the preload's start ends a
  * process).
  */
@@ -93,6 +95,40 @@ struct moeft_request {
  */
 MOEFT_API int moeft_commit_requests(uint64_t first_step, uint32_t steps,
 				    const struct moeft_request *reqs, size_t n);
+
+/*
+ * The worker's side of a window, where the preload cannot see the KV
+ * writes (an engine's CPU backend: no kernel launches).
+ *
+ * moeft_kv_pool registers bytes of host memory at base as a KV pool named
+ * name (1 to 255 bytes of printable ASCII; with its size and the order of
+ * registration among pools of that name and size it is the pool's
+ * identity across restarts), tracked in chunks of chunk_bytes (a power of
+ * two from 4 KiB to 1 GiB; 0: the preload's default for the size).  It
+ * returns a handle (>= 0), or a negative errno: -EINVAL (an argument out
+ * of those bounds, or more than 64 pools), -ENODEV (not instrumented, or
+ * no KV store), -EOPNOTSUPP (a restored process: such pools are not
+ * restored into yet), -ENOSPC (the KV store's pool table is full), -EIO.
+ */
+MOEFT_API int moeft_kv_pool(const char *name, void *base, size_t bytes, size_t chunk_bytes);
+
+/* Bytes of a registered pool the engine wrote. */
+struct moeft_kv_range {
+	int pool;                       /* moeft_kv_pool's handle */
+	size_t offset, length;
+};
+
+/*
+ * Commit, as one window, the chunks of the n ranges the engine wrote
+ * during its steps first_step .. first_step + steps - 1, copied from the
+ * pools as they are now (the engine writes none meanwhile).  Nothing is
+ * written unless every range is good.  0 when the window is durable, or a
+ * negative errno: -EINVAL (no steps, steps that overflow, a handle or
+ * range out of bounds), -ENODEV, -ENOSPC (the log or the store has no
+ * room now), -E2BIG, -ENOMEM, -EIO.
+ */
+MOEFT_API int moeft_commit_kv(uint64_t first_step, uint32_t steps,
+			      const struct moeft_kv_range *ranges, size_t n);
 
 /*
  * In a process `moeft restore -- CMD` started, whose crashed predecessor

@@ -3,6 +3,7 @@
  */
 #include <errno.h>
 
+#include "hostkv.h"
 #include "moeft.h"
 #include "requests.h"
 #include "resume.h"
@@ -35,6 +36,21 @@ int moeft_commit_requests(uint64_t first_step, uint32_t steps, const struct moef
 	if (!moeft_instrumenting())
 		return -ENODEV;
 	return requests_commit(first_step, steps, reqs, n);
+}
+
+int moeft_kv_pool(const char *name, void *base, size_t bytes, size_t chunk_bytes)
+{
+	if (!moeft_instrumenting())
+		return -ENODEV;
+	return hostkv_pool(name, base, bytes, chunk_bytes);
+}
+
+int moeft_commit_kv(uint64_t first_step, uint32_t steps, const struct moeft_kv_range *ranges,
+		    size_t n)
+{
+	if (!moeft_instrumenting())
+		return -ENODEV;
+	return hostkv_commit(first_step, steps, ranges, n);
 }
 
 long moeft_restored_prefix(const uint32_t *tokens, size_t n, unsigned group, uint32_t *blocks,

@@ -49,6 +49,13 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t len)
 	return h;
 }
 
+uint64_t fingerprint_name(const char *name, size_t len)
+{
+	static const char tag[] = "moeft adapter pool ";
+
+	return fnv1a(fnv1a(FNV_BASIS, tag, sizeof tag - 1), name, len);
+}
+
 static uint64_t fnv1a_u64(uint64_t h, uint64_t v)
 {
 	for (int i = 0; i < 8; i++, v >>= 8)

@@ -32,6 +32,10 @@
 #define FP_FRAMES 16u
 uint64_t fingerprint_callsite(unsigned skip);
 
+/* The fingerprint of memory an engine adapter names (moeft_kv_pool): the
+ * same name, the same in every process, and never a call site's. */
+uint64_t fingerprint_name(const char *name, size_t len);
+
 /* A 64-bit finaliser (MurmurHash3's fmix64): every input bit moves every
  * output bit, for hash tables keyed by fingerprints. */
 static inline uint64_t mix64(uint64_t x)

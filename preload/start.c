@@ -191,6 +191,11 @@ unsigned preload_window(void)
 	return atomic_load_explicit(&pl.active, memory_order_acquire) ? pl.cfg.window : 0;
 }
 
+struct kvs *preload_kvs(void)
+{
+	return atomic_load_explicit(&pl.active, memory_order_acquire) ? pl.kvs : NULL;
+}
+
 /* One line at MOEFT_LOG=info: what this process did. */
 static void summary(void)
 {

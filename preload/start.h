@@ -11,6 +11,9 @@
 #ifndef MOEFT_START_H
 #define MOEFT_START_H
 
+struct kvs;
+struct wal;
+
 /* 1 when the process is instrumented from now on, 0 when never. */
 int preload_start(void);
 
@@ -18,5 +21,7 @@ int preload_start(void);
  * before, when not instrumented, and in a child of fork(). */
 struct wal *preload_log(void);
 unsigned preload_window(void);
+/* The KV store beside the log; NULL also when KV is not captured. */
+struct kvs *preload_kvs(void);
 
 #endif

@@ -61,6 +61,8 @@ enum alloc_api {
 	ALLOC_API_CU_MEM_ALLOC_MANAGED = 9,
 	ALLOC_API_CU_MEM_ALLOC_PITCH = 10,
 	ALLOC_API_VMM = 11,                /* cuMemCreate + cuMemMap */
+	ALLOC_API_ADAPTER = 12,            /* host memory an engine adapter
+					      registered (moeft_kv_pool) */
 	ALLOC_API_COUNT
 };
 

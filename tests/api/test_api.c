@@ -10,7 +10,8 @@
  * from the log, every bad request refused with nothing written, and
  * -ENODEV where the process is not instrumented; `moeft restore` of that
  * log (MOEFT_TEST_CLI) writes the request index, which answers a resumed
- * request's tokens with its blocks.
+ * request's tokens with its blocks.  A host KV pool committed by ranges
+ * restores to its state as of the last committed window.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -38,6 +39,8 @@ struct api {
 	unsigned (*window)(void);
 	int (*commit_requests)(uint64_t, uint32_t, const struct moeft_request *, size_t);
 	long (*restored_prefix)(const uint32_t *, size_t, unsigned, uint32_t *, size_t, size_t *);
+	int (*kv_pool)(const char *, void *, size_t, size_t);
+	int (*commit_kv)(uint64_t, uint32_t, const struct moeft_kv_range *, size_t);
 };
 
 /* In a child: the library's functions, from the global scope when it was
@@ -47,7 +50,7 @@ static struct api open_api(void)
 	int preloaded = getenv("LD_PRELOAD") != NULL;
 	void *h = preloaded ? RTLD_DEFAULT : dlopen(getenv("MOEFT_TEST_LIB"), RTLD_NOW | RTLD_LOCAL);
 	struct api a;
-	void *p[6];
+	void *p[8];
 
 	if (!preloaded && !h)
 		_exit(90);
@@ -57,6 +60,8 @@ static struct api open_api(void)
 	p[3] = dlsym(h, "moeft_window");
 	p[4] = dlsym(h, "moeft_commit_requests");
 	p[5] = dlsym(h, "moeft_restored_prefix");
+	p[6] = dlsym(h, "moeft_kv_pool");
+	p[7] = dlsym(h, "moeft_commit_kv");
 	for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
 		if (!p[i])
 			_exit(91);
@@ -66,6 +71,8 @@ static struct api open_api(void)
 	memcpy(&a.window, &p[3], sizeof p[3]);
 	memcpy(&a.commit_requests, &p[4], sizeof p[4]);
 	memcpy(&a.restored_prefix, &p[5], sizeof p[5]);
+	memcpy(&a.kv_pool, &p[6], sizeof p[6]);
+	memcpy(&a.commit_kv, &p[7], sizeof p[7]);
 	return a;
 }
 
@@ -197,12 +204,66 @@ static int prefix(void)
 	return a.restored_prefix(resumed, 7, 8, blocks, 8, &nb) == -EINVAL ? 0 : 25;
 }
 
+/* A host KV pool of 256 KiB in chunks of 4 KiB, as committed by "hostkv":
+ * its first pattern, then 100 bytes of 0xaa at 8 KiB and 20 of 0xbb
+ * across the chunk boundary at 100 KiB. */
+#define HOSTKV_BYTES (256u << 10)
+
+static void hostkv_state(uint8_t *pool)
+{
+	for (size_t i = 0; i < HOSTKV_BYTES; i++)
+		pool[i] = (uint8_t)(i * 7 + 1);
+}
+
+static void hostkv_second(uint8_t *pool)
+{
+	memset(pool + 8192, 0xaa, 100);
+	memset(pool + 100 * 1024 - 10, 0xbb, 20);
+}
+
+/* Preloaded: bad pools and ranges refused; two windows committed; then a
+ * write that no window commits (the crash's). */
+static int hostkv(void)
+{
+	static uint8_t pool[HOSTKV_BYTES];
+	struct api a = open_api();
+	struct moeft_kv_range all, two[2], bad;
+	int h, fails = 0;
+
+	hostkv_state(pool);
+	fails += a.kv_pool("", pool, sizeof pool, 4096) != -EINVAL;
+	fails += a.kv_pool("kv\n", pool, sizeof pool, 4096) != -EINVAL;
+	fails += a.kv_pool("kv", pool, sizeof pool, 3000) != -EINVAL;
+	fails += a.kv_pool("kv", NULL, sizeof pool, 4096) != -EINVAL;
+	if (fails || (h = a.kv_pool("vllm-cpu-kv", pool, sizeof pool, 4096)) != 0)
+		return 30;
+	all = (struct moeft_kv_range){ h, 0, sizeof pool };
+	if (a.commit_kv(0, 4, &all, 1) != 0)
+		return 31;
+	hostkv_second(pool);
+	two[0] = (struct moeft_kv_range){ h, 8192, 100 };
+	two[1] = (struct moeft_kv_range){ h, 100 * 1024 - 10, 20 };
+	bad = (struct moeft_kv_range){ 1, 0, 10 };
+	fails += a.commit_kv(4, 4, &bad, 1) != -EINVAL;			/* no pool 1 */
+	bad = (struct moeft_kv_range){ h, sizeof pool - 4, 5 };
+	fails += a.commit_kv(4, 4, (struct moeft_kv_range[]){ two[0], bad }, 2) != -EINVAL;
+	bad = (struct moeft_kv_range){ h, 0, 0 };
+	fails += a.commit_kv(4, 4, &bad, 1) != -EINVAL;			/* empty */
+	fails += a.commit_kv(4, 0, two, 2) != -EINVAL;			/* no steps */
+	if (fails)
+		return 32;
+	if (a.commit_kv(4, 4, two, 2) != 0)
+		return 33;
+	memset(pool, 0xcc, 4096);	/* never committed */
+	return 0;
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(void);
 } modes[] = { { "versions", versions }, { "instrumenting", instrumenting },
 	      { "forked", forked }, { "requests", requests }, { "requests-off", requests_off },
-	      { "prefix", prefix } };
+	      { "prefix", prefix }, { "hostkv", hostkv } };
 
 /*
  * Run mode in a child: this program again, with the caller's environment
@@ -437,6 +498,30 @@ static void test_restored_prefix(void)
 	CU_ASSERT_EQUAL(system(cmd), 0);
 }
 
+/* moeft restore of the log of "hostkv": the pool's image is its state as
+ * of the last committed window, chunk for chunk, not the write after it. */
+static void test_hostkv(void)
+{
+	static uint8_t want[HOSTKV_BYTES], got[HOSTKV_BYTES + 1];
+	char wal[128], cmd[512], path[160];
+	const char *vars[] = { wal_var(wal, sizeof wal, "hostkv.wal"), "MOEFT_WAL_SIZE=16M", NULL };
+	size_t n;
+	FILE *f;
+
+	CU_ASSERT_EQUAL_FATAL(in_child("hostkv", 1, vars), 0);
+	snprintf(cmd, sizeof cmd, "'%s' restore --wal %s/hostkv.wal --out %s/hostkv.out 2>/dev/null",
+		 getenv("MOEFT_TEST_CLI"), dir, dir);
+	CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+	snprintf(path, sizeof path, "%s/hostkv.out/kv-pool-0.bin", dir);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f = fopen(path, "rb"));
+	n = fread(got, 1, sizeof got, f);
+	fclose(f);
+	hostkv_state(want);
+	hostkv_second(want);
+	CU_ASSERT_EQUAL(n, HOSTKV_BYTES);
+	CU_ASSERT(memcmp(got, want, HOSTKV_BYTES) == 0);
+}
+
 static void test_requests_off(void)
 {
 	char wal[128];
@@ -471,6 +556,7 @@ int main(int argc, char **argv)
 		{ "an adapter's requests", test_requests },
 		{ "moeft restore's request index", test_request_index },
 		{ "the restored process's prefixes", test_restored_prefix },
+		{ "an adapter's host KV pool", test_hostkv },
 		{ "requests, not instrumented", test_requests_off },
 		CU_TEST_INFO_NULL,
 	};
