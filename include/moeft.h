@@ -11,8 +11,7 @@
  * scheduler's side of a window (its running requests, their tokens and KV
  * block ids), the worker's side where the preload cannot see the KV
  * (host pools and their written chunks), and after a restore the restored
- * requests' prefixes.  To come (the engine issues): host pools restored
- * into a resumed process.  Every function is thread-safe; a failure is a
+ * requests' prefixes and host pools' bytes.  Every function is thread-safe; a failure is a
  * return value (moeft_instrumenting says when the preload's start ends a
  * process).
  */
@@ -107,10 +106,20 @@ MOEFT_API int moeft_commit_requests(uint64_t first_step, uint32_t steps,
  * two from 4 KiB to 1 GiB; 0: the preload's default for the size).  It
  * returns a handle (>= 0), or a negative errno: -EINVAL (an argument out
  * of those bounds, or more than 64 pools), -ENODEV (not instrumented, or
- * no KV store), -EOPNOTSUPP (a restored process: such pools are not
- * restored into yet), -ENOSPC (the KV store's pool table is full), -EIO.
+ * no KV store), -ENOSPC (the KV store's pool table is full), -EIO.
+ *
+ * In a process `moeft restore -- CMD` started, the pool takes the crashed
+ * process's pool of its identity (none: the process is stopped with
+ * status 3, another model) and its bytes are left as they are: the
+ * restored ones are read with moeft_restored_read, into the blocks the
+ * engine gives the requests it resumes.
  */
 MOEFT_API int moeft_kv_pool(const char *name, void *base, size_t bytes, size_t chunk_bytes);
+
+/* In a restored process: length bytes at offset of pool's restored bytes
+ * (as of the restored window) into dst.  0, or -ENODEV (the pool was not
+ * restored), -EINVAL (no such handle, a range past the pool), -EIO. */
+MOEFT_API int moeft_restored_read(int pool, size_t offset, void *dst, size_t length);
 
 /* Bytes of a registered pool the engine wrote. */
 struct moeft_kv_range {

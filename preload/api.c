@@ -53,6 +53,13 @@ int moeft_commit_kv(uint64_t first_step, uint32_t steps, const struct moeft_kv_r
 	return hostkv_commit(first_step, steps, ranges, n);
 }
 
+int moeft_restored_read(int pool, size_t offset, void *dst, size_t length)
+{
+	if (!moeft_instrumenting())
+		return -ENODEV;
+	return hostkv_restored_read(pool, offset, dst, length);
+}
+
 long moeft_restored_prefix(const uint32_t *tokens, size_t n, unsigned group, uint32_t *blocks,
 			   size_t max, size_t *nblocks)
 {

@@ -290,7 +290,7 @@ int copyin_pools(const struct restore_plan *p, void *stream, void **done,
 		job_fail(&j, "cannot order moeft's copy stream after the application's "
 			 "(CUresult %d)", r);
 	for (i = 0; i < p->npools && !atomic_load(&j.failed); i++)
-		if (same_image(&j, &p->pools[i]))
+		if (!p->pools[i].host && same_image(&j, &p->pools[i]))
 			cut(&j, &p->pools[i], st);
 	if (!atomic_load(&j.failed) && j.npieces) {
 		/* The caller only waits: its waits for copies would count as

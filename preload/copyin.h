@@ -28,8 +28,9 @@ struct copyin_stats {
 };
 
 /*
- * Copy every pool of p (each claimed: base set, fd open on its image as
- * restore_plan_load found it) into its allocation, after the work enqueued
+ * Copy every device pool of p (each claimed: base set, fd open on its
+ * image as restore_plan_load found it; host pools are left out) into its
+ * allocation, after the work enqueued
  * on stream so far and before the work enqueued there after the return.
  * Returns when every byte of data has been read and copied (the memsets of
  * holes may still run, at the device's speed); *done is an event of all of

@@ -9,6 +9,10 @@
  * KVREF records in one window, under the log's order lock, or nothing.
  * After this process's first such window the store drops the pools of
  * earlier processes, as capturing.c does after its first decode window.
+ * In a restored process a pool claims the plan's pool of its identity
+ * (resume.h) and reads it back from its image; it is never copied in:
+ * the engine reuses its blocks for new requests before the old ones are
+ * loaded.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -35,6 +39,8 @@ static struct {
 		const uint8_t *base;
 		uint64_t size, chunk;
 		uint32_t no;            /* the store's pool number */
+		int restored;           /* the restore plan's pool it claimed; -1:
+					   none (not a restored process) */
 	} p[HOSTKV_MAX];
 	unsigned n;
 	int reclaimed;
@@ -76,7 +82,7 @@ int hostkv_pool(const char *name, void *base, size_t bytes, size_t chunk_bytes)
 	struct alloc_info a;
 	size_t len;
 	uint32_t no;
-	int r, handle;
+	int r, handle, restored;
 
 	if (!name_ok(name, &len) || !base || !bytes || (uintptr_t)base > UINTPTR_MAX - bytes ||
 	    (chunk_bytes && (chunk_bytes < KVSNAP_MIN_CHUNK || chunk_bytes > KVSNAP_MAX_CHUNK ||
@@ -84,8 +90,6 @@ int hostkv_pool(const char *name, void *base, size_t bytes, size_t chunk_bytes)
 		return -EINVAL;
 	if (!kvs)
 		return -ENODEV;
-	if (resume_active())
-		return -EOPNOTSUPP;
 	pthread_mutex_lock(&hk.lock);
 	if (hk.n == HOSTKV_MAX) {
 		pthread_mutex_unlock(&hk.lock);
@@ -96,6 +100,7 @@ int hostkv_pool(const char *name, void *base, size_t bytes, size_t chunk_bytes)
 		pthread_mutex_unlock(&hk.lock);
 		return -EIO;
 	}
+	restored = resume_active() ? resume_host_pool(&a) : -1;
 	d = (struct kvs_pool_desc){ .fingerprint = a.fingerprint, .size = bytes,
 				    .chunk_bytes = chunk_bytes ? chunk_bytes
 							       : kv_default_chunk(bytes),
@@ -112,11 +117,25 @@ int hostkv_pool(const char *name, void *base, size_t bytes, size_t chunk_bytes)
 	}
 	handle = (int)hk.n;
 	hk.p[hk.n++] = (struct hostpool){ .base = base, .size = bytes, .chunk = d.chunk_bytes,
-					  .no = no };
+					  .no = no, .restored = restored };
 	pthread_mutex_unlock(&hk.lock);
 	msg_log(WAL_LOG_DEBUG, "KV pool %u: the adapter's %s, %zu bytes at %p, chunks of %llu", no,
 		name, bytes, base, (unsigned long long)d.chunk_bytes);
 	return handle;
+}
+
+int hostkv_restored_read(int pool, size_t offset, void *dst, size_t length)
+{
+	int restored;
+
+	pthread_mutex_lock(&hk.lock);
+	restored = pool >= 0 && (unsigned)pool < hk.n ? hk.p[pool].restored : -2;
+	pthread_mutex_unlock(&hk.lock);
+	if (restored == -2)
+		return -EINVAL;
+	if (restored < 0)
+		return -ENODEV;
+	return resume_host_read(restored, offset, dst, length);
 }
 
 /* A chunk a range touches: pool handle and index. */

@@ -56,6 +56,9 @@ struct restore_pool {
 					 -1 until then */
 	uint64_t file_dev, file_ino;  /* the file fd was opened on */
 	uint64_t base;                /* the matching allocation; 0: none yet */
+	int host;                     /* it is host memory an adapter
+					 registered: read from the image, never
+					 copied in */
 };
 
 struct restore_plan {

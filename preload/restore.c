@@ -117,7 +117,7 @@ void restore_close_images(struct restore_plan *p)
 	unsigned i;
 
 	for (i = 0; i < p->npools; i++)
-		if (p->pools[i].fd >= 0) {
+		if (p->pools[i].fd >= 0 && !p->pools[i].host) {
 			close(p->pools[i].fd);
 			p->pools[i].fd = -1;
 		}

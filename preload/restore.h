@@ -31,7 +31,8 @@
  * descriptors stay open for the copies (copyin.h). */
 int restore_plan_load(const char *path, struct restore_plan *p, char *err, size_t errlen);
 
-/* Close the images' descriptors once the copies are done. */
+/* Close the device pools' images once the copies are done (host pools'
+ * stay open: they are read on demand). */
 void restore_close_images(struct restore_plan *p);
 
 /* A new allocation: claims the plan's first unclaimed pool of the same

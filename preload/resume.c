@@ -41,8 +41,9 @@ static struct {
 	/* the copies' event once they are in: set under the lock, read without
 	 * it at exit (a copy-in holds the lock for as long as it takes) */
 	_Atomic(void *) restored;
-	atomic_int no_pools;       /* the plan has none: the state is in at the
-				      start, nothing to copy or wait for */
+	atomic_int nothing_to_copy; /* no device pool in the plan: the state is
+				      in once every pool is claimed (at the
+				      start when there is none) */
 	/* the engine's requests beside the plan (reqindex.h): read at load,
 	 * never changed after */
 	struct reqindex index;
@@ -164,7 +165,7 @@ static void *copies(void)
 int resume_pending(void)
 {
 	return rm.requested && getpid() == rm.pid && !copies() &&
-	       !atomic_load_explicit(&rm.no_pools, memory_order_relaxed);
+	       !atomic_load_explicit(&rm.nothing_to_copy, memory_order_relaxed);
 }
 
 /* At exit: a process told to resume whose restored KV was never copied
@@ -192,7 +193,7 @@ void resume_start(struct wal *w, const char *wal_path, int at_step)
 	atexit(ended_unrestored);
 	rm.matched = !restore_unmatched(&rm.plan);
 	if (!rm.plan.npools) {
-		atomic_store_explicit(&rm.no_pools, 1, memory_order_relaxed);
+		atomic_store_explicit(&rm.nothing_to_copy, 1, memory_order_release);
 		msg_log(WAL_LOG_INFO, "restore: window %" PRIu64 " (steps %" PRIu64 "-%" PRIu64
 			") has no KV pools to copy, %zu engine requests; resuming at step %" PRIu64,
 			rm.plan.window, rm.plan.first_step, rm.plan.last_step, rm.index.n,
@@ -295,7 +296,7 @@ void resume_step(void *stream, const struct clk_tick *t)
 {
 	int r;
 
-	if (atomic_load_explicit(&rm.no_pools, memory_order_relaxed))
+	if (atomic_load_explicit(&rm.nothing_to_copy, memory_order_relaxed))
 		return;
 	pthread_mutex_lock(&rm.lock);
 	if (!copies())
@@ -308,7 +309,7 @@ void resume_step(void *stream, const struct clk_tick *t)
 void resume_check_kv_pool(const struct alloc_info *a)
 {
 	pthread_mutex_lock(&rm.lock);
-	if ((copies() || atomic_load_explicit(&rm.no_pools, memory_order_relaxed)) &&
+	if ((copies() || atomic_load_explicit(&rm.nothing_to_copy, memory_order_relaxed)) &&
 	    !restore_claimed(&rm.plan, a->base))
 		resume_refuse("the allocation at 0x%" PRIx64 " (%" PRIu64 " bytes) holds KV here, "
 			      "but the crashed process had no such KV pool: another model or "
@@ -337,4 +338,62 @@ long resume_prefix(const uint32_t *tokens, size_t n, unsigned group, uint32_t *b
 	for (i = 0; i < k; i++)
 		blocks[i] = rec_request_block(r, group, i);
 	return (long)got;
+}
+
+int resume_host_pool(const struct alloc_info *a)
+{
+	const struct restore_pool *q;
+	int no = -1;
+
+	pthread_mutex_lock(&rm.lock);
+	if (copies() || !(q = restore_match(&rm.plan, a->fingerprint, a->size, a->ordinal,
+					    a->base))) {
+		pthread_mutex_unlock(&rm.lock);
+		resume_refuse("the adapter's KV pool at 0x%" PRIx64 " (%" PRIu64 " bytes) has no "
+			      "pool of the crashed process of the same identity: another model or "
+			      "configuration", a->base, a->size);
+	}
+	rm.plan.pools[q - rm.plan.pools].host = 1;
+	no = (int)(q - rm.plan.pools);
+	rm.matched = !restore_unmatched(&rm.plan);
+	/* Host pools alone: in as soon as all are claimed. */
+	if (rm.matched) {
+		unsigned i;
+
+		for (i = 0; i < rm.plan.npools && rm.plan.pools[i].host; i++)
+			;
+		if (i == rm.plan.npools) {
+			atomic_store_explicit(&rm.nothing_to_copy, 1, memory_order_release);
+			atomic_store_explicit(&rm.watching, 0, memory_order_relaxed);
+			shim_watch_launches(0);
+			msg_log(WAL_LOG_INFO, "restore: %u host KV pools of window %" PRIu64 " claimed; "
+				"resuming at step %" PRIu64, rm.plan.npools, rm.plan.window,
+				rm.plan.last_step + 1);
+		}
+	}
+	pthread_mutex_unlock(&rm.lock);
+	return no;
+}
+
+int resume_host_read(int pool, uint64_t offset, void *dst, uint64_t length)
+{
+	const struct restore_pool *q;
+	uint64_t done = 0;
+	ssize_t n;
+
+	if (pool < 0 || (unsigned)pool >= rm.plan.npools || !rm.plan.pools[pool].host ||
+	    getpid() != rm.pid)
+		return -ENODEV;
+	q = &rm.plan.pools[pool];
+	if (!dst || offset > q->size || length > q->size - offset)
+		return -EINVAL;
+	while (done < length) {
+		n = pread(q->fd, (char *)dst + done, length - done, (off_t)(offset + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -EIO;	/* the image changed since it was opened */
+		done += (uint64_t)n;
+	}
+	return 0;
 }

@@ -86,6 +86,15 @@ void resume_step(void *stream, const struct clk_tick *t);
  * process had no pool there. */
 void resume_check_kv_pool(const struct alloc_info *a);
 
+/* Host memory an adapter registered (a, an allocation of api
+ * ALLOC_API_ADAPTER) claims the plan's pool of its identity, which is
+ * then read from its image (resume_host_read) and never copied in; it
+ * stops the process when there is none.  Returns the plan pool's index. */
+int resume_host_pool(const struct alloc_info *a);
+/* length bytes at offset of the restored image of plan pool `pool` (a
+ * claimed host pool) into dst: 0, -ENODEV, -EINVAL or -EIO. */
+int resume_host_read(int pool, uint64_t offset, void *dst, uint64_t length);
+
 /* moeft_restored_prefix of include/moeft.h (its contract there). */
 long resume_prefix(const uint32_t *tokens, size_t n, unsigned group, uint32_t *blocks,
 		   size_t max, size_t *nblocks);

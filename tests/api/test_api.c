@@ -41,6 +41,7 @@ struct api {
 	long (*restored_prefix)(const uint32_t *, size_t, unsigned, uint32_t *, size_t, size_t *);
 	int (*kv_pool)(const char *, void *, size_t, size_t);
 	int (*commit_kv)(uint64_t, uint32_t, const struct moeft_kv_range *, size_t);
+	int (*restored_read)(int, size_t, void *, size_t);
 };
 
 /* In a child: the library's functions, from the global scope when it was
@@ -50,7 +51,7 @@ static struct api open_api(void)
 	int preloaded = getenv("LD_PRELOAD") != NULL;
 	void *h = preloaded ? RTLD_DEFAULT : dlopen(getenv("MOEFT_TEST_LIB"), RTLD_NOW | RTLD_LOCAL);
 	struct api a;
-	void *p[8];
+	void *p[9];
 
 	if (!preloaded && !h)
 		_exit(90);
@@ -62,6 +63,7 @@ static struct api open_api(void)
 	p[5] = dlsym(h, "moeft_restored_prefix");
 	p[6] = dlsym(h, "moeft_kv_pool");
 	p[7] = dlsym(h, "moeft_commit_kv");
+	p[8] = dlsym(h, "moeft_restored_read");
 	for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
 		if (!p[i])
 			_exit(91);
@@ -73,6 +75,7 @@ static struct api open_api(void)
 	memcpy(&a.restored_prefix, &p[5], sizeof p[5]);
 	memcpy(&a.kv_pool, &p[6], sizeof p[6]);
 	memcpy(&a.commit_kv, &p[7], sizeof p[7]);
+	memcpy(&a.restored_read, &p[8], sizeof p[8]);
 	return a;
 }
 
@@ -258,12 +261,52 @@ static int hostkv(void)
 	return 0;
 }
 
+/* Started by `moeft restore -- this --child hostkv-resume` on the log of
+ * "hostkv": the same pool, fresh (zeros), claims the crashed one's, whose
+ * bytes as of its last window read back, and are not copied in; the
+ * process then commits windows of its own. */
+static int hostkv_resume(void)
+{
+	static uint8_t pool[HOSTKV_BYTES], want[HOSTKV_BYTES], got[HOSTKV_BYTES];
+	struct api a = open_api();
+	struct moeft_kv_range all;
+	int h;
+
+	hostkv_state(want);
+	hostkv_second(want);
+	if ((h = a.kv_pool("vllm-cpu-kv", pool, sizeof pool, 4096)) != 0)
+		return 40;
+	if (a.restored_read(h, 0, got, sizeof got) != 0 || memcmp(got, want, sizeof got))
+		return 41;
+	if (a.restored_read(h, 8192, got, 100) != 0 || got[0] != 0xaa || got[99] != 0xaa)
+		return 42;
+	for (size_t i = 0; i < sizeof pool; i++)
+		if (pool[i])
+			return 43;	/* never copied in */
+	if (a.restored_read(h, sizeof pool - 4, got, 5) != -EINVAL ||
+	    a.restored_read(7, 0, got, 1) != -EINVAL)
+		return 44;
+	all = (struct moeft_kv_range){ h, 0, sizeof pool };
+	return a.commit_kv(8, 4, &all, 1) == 0 ? 0 : 45;
+}
+
+/* The same log restored into a pool of another size: stopped (status 3). */
+static int hostkv_other(void)
+{
+	static uint8_t pool[HOSTKV_BYTES / 2];
+	struct api a = open_api();
+
+	a.kv_pool("vllm-cpu-kv", pool, sizeof pool, 4096);
+	return 46;
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(void);
 } modes[] = { { "versions", versions }, { "instrumenting", instrumenting },
 	      { "forked", forked }, { "requests", requests }, { "requests-off", requests_off },
-	      { "prefix", prefix }, { "hostkv", hostkv } };
+	      { "prefix", prefix }, { "hostkv", hostkv }, { "hostkv-resume", hostkv_resume },
+	      { "hostkv-other", hostkv_other } };
 
 /*
  * Run mode in a child: this program again, with the caller's environment
@@ -522,6 +565,29 @@ static void test_hostkv(void)
 	CU_ASSERT(memcmp(got, want, HOSTKV_BYTES) == 0);
 }
 
+/* moeft restore -- this program: a fresh pool of the same name reads the
+ * crashed one's bytes back; one of another size stops the process. */
+static void test_hostkv_resume(void)
+{
+	char self[512], cmd[1536];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	const char *mode[2] = { "hostkv-other", "hostkv-resume" };
+	int want[2] = { 3, 0 };
+
+	CU_ASSERT_FATAL(n > 0);
+	self[n] = '\0';
+	for (int i = 0; i < 2; i++) {
+		snprintf(cmd, sizeof cmd, "MOEFT_TEST_LIB='%s' MOEFT_WAL_SIZE=16M '%s' restore "
+			 "--wal %s/hostkv.wal --out %s/hostkv.online --preload '%s' -- '%s' --child %s",
+			 getenv("MOEFT_TEST_LIB"), getenv("MOEFT_TEST_CLI"), dir, dir,
+			 getenv("MOEFT_TEST_LIB"), self, mode[i]);
+		CU_ASSERT_EQUAL(shell(cmd), want[i]);
+		snprintf(cmd, sizeof cmd, "grep -q 'has no pool of the crashed process of the "
+			 "same identity' %s/err", dir);
+		CU_ASSERT_EQUAL(system(cmd) == 0, want[i] == 3);
+	}
+}
+
 static void test_requests_off(void)
 {
 	char wal[128];
@@ -557,6 +623,7 @@ int main(int argc, char **argv)
 		{ "moeft restore's request index", test_request_index },
 		{ "the restored process's prefixes", test_restored_prefix },
 		{ "an adapter's host KV pool", test_hostkv },
+		{ "a host KV pool read back after a restore", test_hostkv_resume },
 		{ "requests, not instrumented", test_requests_off },
 		CU_TEST_INFO_NULL,
 	};
