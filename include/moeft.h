@@ -105,8 +105,9 @@ MOEFT_API int moeft_commit_requests(uint64_t first_step, uint32_t steps,
  * identity across restarts), tracked in chunks of chunk_bytes (a power of
  * two from 4 KiB to 1 GiB; 0: the preload's default for the size).  It
  * returns a handle (>= 0), or a negative errno: -EINVAL (an argument out
- * of those bounds, or more than 64 pools), -ENODEV (not instrumented, or
- * no KV store), -ENOSPC (the KV store's pool table is full), -EIO.
+ * of those bounds, or more than 64 pools), -EEXIST (memory a registered
+ * pool or a tracked allocation holds), -ENODEV (not instrumented, or no KV
+ * store), -ENOSPC (the KV store's pool table is full), -EIO.
  *
  * In a process `moeft restore -- CMD` started, the pool takes the crashed
  * process's pool of its identity (none: the process is stopped with
@@ -133,8 +134,11 @@ struct moeft_kv_range {
  * pools as they are now (the engine writes none meanwhile).  Nothing is
  * written unless every range is good.  0 when the window is durable, or a
  * negative errno: -EINVAL (no steps, steps that overflow, a handle or
- * range out of bounds), -ENODEV, -ENOSPC (the log or the store has no
- * room now), -E2BIG, -ENOMEM, -EIO.
+ * range out of bounds; in a restored process, steps not after the
+ * restored window's), -EBUSY (a restored process whose restored pools are
+ * not all registered again yet), -ENODEV, -ENOSPC (the log or the store
+ * has no room now), -E2BIG (the ranges name more than 2^24 chunks, or
+ * more than the log can hold), -ENOMEM, -EIO.
  */
 MOEFT_API int moeft_commit_kv(uint64_t first_step, uint32_t steps,
 			      const struct moeft_kv_range *ranges, size_t n);

@@ -32,6 +32,9 @@
 
 #define HOSTKV_MAX 64u
 #define HOSTKV_NAME_MAX 255u
+/* Chunks a window may name, counted before duplicates go: 64 GiB of 4 KiB
+ * chunks, 256 MiB of bookkeeping at most. */
+#define HOSTKV_WINDOW_CHUNKS (UINT64_C(1) << 24)
 
 static struct {
 	pthread_mutex_t lock;           /* the pools, n, reclaimed */
@@ -95,12 +98,18 @@ int hostkv_pool(const char *name, void *base, size_t bytes, size_t chunk_bytes)
 		pthread_mutex_unlock(&hk.lock);
 		return -EINVAL;
 	}
+	/* Memory the table tracks already (the same pool again, or a managed
+	 * allocation): taking it would log the other one freed. */
+	if (allocs_find((uintptr_t)base, &a) == 0 ||
+	    allocs_find((uintptr_t)base + bytes - 1, &a) == 0) {
+		pthread_mutex_unlock(&hk.lock);
+		return -EEXIST;
+	}
 	if (allocs_new(ALLOC_API_ADAPTER, (uintptr_t)base, bytes, fingerprint_name(name, len),
 		       &a) < 0) {
 		pthread_mutex_unlock(&hk.lock);
 		return -EIO;
 	}
-	restored = resume_active() ? resume_host_pool(&a) : -1;
 	d = (struct kvs_pool_desc){ .fingerprint = a.fingerprint, .size = bytes,
 				    .chunk_bytes = chunk_bytes ? chunk_bytes
 							       : kv_default_chunk(bytes),
@@ -111,10 +120,16 @@ int hostkv_pool(const char *name, void *base, size_t bytes, size_t chunk_bytes)
 	allocs_end();
 	if (r < 0) {
 		pthread_mutex_unlock(&hk.lock);
+		/* A restored process must hold its pools: fail closed. */
+		if (resume_active())
+			resume_refuse("the adapter's KV pool %s of %zu bytes cannot be tracked: %s",
+				      name, bytes, wal_strerror(r));
 		msg_log(WAL_LOG_WARN, "the adapter's KV pool %s of %zu bytes is not tracked: %s",
 			name, bytes, wal_strerror(r));
 		return errno_of(r);
 	}
+	/* Claimed once the pool is the store's: nothing after can fail. */
+	restored = resume_active() ? resume_host_pool(&a) : -1;
 	handle = (int)hk.n;
 	hk.p[hk.n++] = (struct hostpool){ .base = base, .size = bytes, .chunk = d.chunk_bytes,
 					  .no = no, .restored = restored };
@@ -162,6 +177,8 @@ static struct touched *chunks_of(const struct moeft_kv_range *ranges, size_t n, 
 	size_t used = 0, cap = 0, i, k;
 	uint64_t c, last;
 
+	uint64_t total = 0;
+
 	*err = -EINVAL;
 	for (i = 0; i < n; i++) {
 		const struct moeft_kv_range *r = &ranges[i];
@@ -172,6 +189,17 @@ static struct touched *chunks_of(const struct moeft_kv_range *ranges, size_t n, 
 		p = &hk.p[r->pool];
 		if (!r->length || r->offset >= p->size || r->length > p->size - r->offset)
 			goto bad;
+		last = (r->offset + r->length - 1) / p->chunk;
+		total += last - r->offset / p->chunk + 1;
+		if (total > HOSTKV_WINDOW_CHUNKS) {
+			*err = -E2BIG;
+			goto bad;
+		}
+	}
+	for (i = 0; i < n; i++) {
+		const struct moeft_kv_range *r = &ranges[i];
+		const struct hostpool *p = &hk.p[r->pool];
+
 		last = (r->offset + r->length - 1) / p->chunk;
 		for (c = r->offset / p->chunk; c <= last; c++) {
 			if (used == cap) {
@@ -214,6 +242,12 @@ int hostkv_commit(uint64_t first_step, uint32_t steps, const struct moeft_kv_ran
 		return -EINVAL;
 	if (!w || !kvs)
 		return -ENODEV;
+	/* A window before all restored pools are back would be what the next
+	 * restore takes, and its reclaim would drop the pools not yet back. */
+	if (resume_pending())
+		return -EBUSY;
+	if (resume_active() && first_step <= resume_last_step())
+		return -EINVAL;
 	pthread_mutex_lock(&hk.lock);
 	if (!(t = chunks_of(ranges, n, &count, &err))) {
 		pthread_mutex_unlock(&hk.lock);

@@ -240,6 +240,8 @@ static int hostkv(void)
 	fails += a.kv_pool("kv", NULL, sizeof pool, 4096) != -EINVAL;
 	if (fails || (h = a.kv_pool("vllm-cpu-kv", pool, sizeof pool, 4096)) != 0)
 		return 30;
+	if (a.kv_pool("again", pool + 4096, 4096, 0) != -EEXIST)	/* inside it */
+		return 34;
 	all = (struct moeft_kv_range){ h, 0, sizeof pool };
 	if (a.commit_kv(0, 4, &all, 1) != 0)
 		return 31;
@@ -274,6 +276,8 @@ static int hostkv_resume(void)
 
 	hostkv_state(want);
 	hostkv_second(want);
+	if (a.commit_kv(8, 4, NULL, 0) != -EBUSY)	/* its pool not back yet */
+		return 47;
 	if ((h = a.kv_pool("vllm-cpu-kv", pool, sizeof pool, 4096)) != 0)
 		return 40;
 	if (a.restored_read(h, 0, got, sizeof got) != 0 || memcmp(got, want, sizeof got))
@@ -287,6 +291,8 @@ static int hostkv_resume(void)
 	    a.restored_read(7, 0, got, 1) != -EINVAL)
 		return 44;
 	all = (struct moeft_kv_range){ h, 0, sizeof pool };
+	if (a.commit_kv(4, 4, &all, 1) != -EINVAL)	/* steps of the restored window */
+		return 48;
 	return a.commit_kv(8, 4, &all, 1) == 0 ? 0 : 45;
 }
 
@@ -576,6 +582,7 @@ static void test_hostkv_resume(void)
 
 	CU_ASSERT_FATAL(n > 0);
 	self[n] = '\0';
+	CU_ASSERT_FATAL(exists("hostkv.wal"));	/* test_hostkv's */
 	for (int i = 0; i < 2; i++) {
 		snprintf(cmd, sizeof cmd, "MOEFT_TEST_LIB='%s' MOEFT_WAL_SIZE=16M '%s' restore "
 			 "--wal %s/hostkv.wal --out %s/hostkv.online --preload '%s' -- '%s' --child %s",
