@@ -273,8 +273,11 @@ int hostkv_commit(uint64_t first_step, uint32_t steps, const struct moeft_kv_ran
 	rec_window_steps_encode(extra, &ws);
 	if (r >= 0)
 		r = wal_commit(w, extra, sizeof extra, NULL);
-	if (r < 0)
+	if (r < 0) {
 		wal_abort(w);	/* half a window must not ride along with the next */
+		for (i = 0; i < count; i++)
+			kvs_unput(kvs, hk.p[t[i].pool].no, t[i].chunk, st.open_window);
+	}
 	allocs_end();
 	free(t);
 	if (r >= 0 && !hk.reclaimed) {

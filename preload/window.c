@@ -215,6 +215,22 @@ static uint32_t put_chunks(struct window_asm *wa, uint64_t window, uint64_t last
 	return logged;
 }
 
+/* The window's commit failed: the copies put_chunks made for it go, or the
+ * window id, which the next commit gets, would name them (kvs_unput). */
+static void unput_chunks(struct window_asm *wa, uint64_t window)
+{
+	const struct kv_stage *s = atomic_load_explicit(&wa->stage, memory_order_acquire);
+	const struct kv_stage_entry *t;
+	uint64_t n, i;
+
+	if (!s || !wa->sink.kvs)
+		return;
+	t = (const struct kv_stage_entry *)((const uint8_t *)s + s->table_off);
+	n = s->entries < s->max_entries ? s->entries : s->max_entries;
+	for (i = 0; i < n; i++)
+		kvs_unput(wa->sink.kvs, t[i].pool, t[i].chunk, window);
+}
+
 /* The ring bytes a window of kvrefs KV references and the routing held in
  * wa->buf takes, its WINDOW record included. */
 static uint64_t window_bytes(const struct window_asm *wa, uint64_t kvrefs)
@@ -296,8 +312,10 @@ static void commit(struct window_asm *wa, uint64_t end)
 	if (r >= 0)
 		r = wal_commit(wa->sink.wal, extra, sizeof extra, NULL);
 	/* Half a window must not ride along with the next commit. */
-	if (r < 0)
+	if (r < 0) {
 		wal_abort(wa->sink.wal);
+		unput_chunks(wa, st.open_window);
+	}
 	pthread_mutex_unlock(wa->sink.log_lock);
 	if (r < 0) {
 		if (!LD(failures))

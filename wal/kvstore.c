@@ -756,6 +756,19 @@ int kvs_put(struct kvs *s, uint32_t pool_no, uint64_t chunk, const void *data, u
 	return 0;
 }
 
+int kvs_unput(struct kvs *s, uint32_t pool_no, uint64_t chunk, uint64_t window)
+{
+	const struct kvs_part *p;
+	struct kvs_slot sl;
+
+	if (!s || !(p = part(&s->parts, pool_no)) || chunk >= p->g.nchunks)
+		return WAL_EINVAL;
+	for (unsigned k = 0; k < 2; k++)
+		if (read_slot(p, s->id, pool_no, chunk, k, &sl) == SLOT_OK && sl.window == window)
+			store_word(s, slot_hdr(p, chunk, k), 0);
+	return 0;
+}
+
 /* ---- Reader ----------------------------------------------------------- */
 
 struct kvs_reader {

@@ -120,6 +120,16 @@ unsigned kvs_reclaim(struct kvs *s);
 int kvs_put(struct kvs *s, uint32_t pool_no, uint64_t chunk, const void *data, uint32_t len,
 	    uint64_t window, uint64_t *store_off, uint32_t *crc);
 
+/*
+ * Undo kvs_put of chunk `chunk` of pool pool_no for window `window`,
+ * whose commit failed (wal_abort): the log gives that window id to its
+ * next commit, which must not name these bytes, and the chunk's next copy
+ * must go into this slot, not over its committed copy.  The slot is
+ * emptied; a chunk with no copy of that window is left as it is.  0, or
+ * WAL_EINVAL for a pool or chunk out of range.
+ */
+int kvs_unput(struct kvs *s, uint32_t pool_no, uint64_t chunk, uint64_t window);
+
 /* ---- Reading (restore, verification) ----------------------------------- */
 
 struct kvs_reader;

@@ -837,6 +837,37 @@ static void test_erase_uncommitted(void)
 	unlink(path);
 }
 
+/* A window whose commit failed (wal_abort) leaves copies with its id, an
+ * id the log gives the next commit, whatever it holds: kvs_unput empties
+ * them, so that no later commit names them, and the next window's copy
+ * goes into their slot, not over the committed copy. */
+static void test_unput(void)
+{
+	struct kvs_reader *r;
+	char path[256];
+	struct kvs *s;
+
+	test_path(path, sizeof path, "kv-unput");
+	s = open_store(path, LOG_A, 0);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+	add_pool(s, 7, 4 * CHUNK, CHUNK, 0);
+	put(s, 0, 1, CHUNK, 5);			/* committed */
+	put(s, 0, 1, CHUNK, 7);			/* 7's commit failed: */
+	CU_ASSERT_EQUAL(kvs_unput(s, 0, 1, 7), 0);
+	CU_ASSERT_EQUAL(kvs_unput(s, 0, 2, 7), 0);	/* never put: nothing */
+	CU_ASSERT_EQUAL(kvs_unput(s, 0, 9, 7), WAL_EINVAL);
+	CU_ASSERT_EQUAL(kvs_unput(s, 3, 1, 7), WAL_EINVAL);
+	/* Window 7 committed without it (an allocation window); 8's copy. */
+	put(s, 0, 1, CHUNK, 8);
+	kvs_close(s);
+	r = open_reader(path, LOG_A);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+	expect_chunk(r, 0, 1, 7, 5, CHUNK);	/* as of 7: 5's, not the undone 7's */
+	expect_chunk(r, 0, 1, 8, 8, CHUNK);
+	kvs_reader_close(r);
+	unlink(path);
+}
+
 /* ---- damage ------------------------------------------------------------ */
 
 /* One chunk with copies of windows 5 and 7, written to `path`. */
@@ -1338,6 +1369,7 @@ static CU_TestInfo kvstore_tests[] = {
 	{ "two slots a chunk", test_two_slots },
 	{ "short last chunk, put arguments", test_short_last_chunk },
 	{ "erase uncommitted windows", test_erase_uncommitted },
+	{ "an aborted window's copies undone", test_unput },
 	{ "damaged data", test_damaged_data },
 	{ "damaged slot header", test_damaged_slot_header },
 	{ "damaged pool table", test_damaged_table },
