@@ -296,6 +296,38 @@ static int hostkv_resume(void)
 	return a.commit_kv(8, 4, &all, 1) == 0 ? 0 : 45;
 }
 
+/* A window the log cannot hold fails after its copies went into the
+ * store: they are undone, so the next window, which gets its id, does not
+ * name them.  A 1 MiB log; a 64 MiB pool of 4 KiB chunks: its first MiB
+ * committed, then all of it (refused), then chunk 0 again. */
+#define ABORT_POOL (64u << 20)
+
+static int hostkv_abort(void)
+{
+	uint8_t *pool = malloc(ABORT_POOL);
+	struct api a = open_api();
+	struct moeft_kv_range first, all, zero;
+	int h, r;
+
+	if (!pool)
+		return 50;
+	for (size_t i = 0; i < ABORT_POOL; i++)
+		pool[i] = (uint8_t)(i / 4096 + 1);
+	if ((h = a.kv_pool("big", pool, ABORT_POOL, 4096)) != 0)
+		return 51;
+	first = (struct moeft_kv_range){ h, 0, 1u << 20 };
+	all = (struct moeft_kv_range){ h, 0, ABORT_POOL };
+	zero = (struct moeft_kv_range){ h, 0, 4096 };
+	if (a.commit_kv(0, 4, &first, 1) != 0)
+		return 52;
+	memset(pool, 0xee, ABORT_POOL);		/* what the refused window copied */
+	r = a.commit_kv(4, 4, &all, 1);
+	if (r != -ENOSPC && r != -E2BIG)
+		return 53;
+	pool[0] = 0x11;
+	return a.commit_kv(4, 4, &zero, 1) == 0 ? 0 : 54;
+}
+
 /* The same log restored into a pool of another size: stopped (status 3). */
 static int hostkv_other(void)
 {
@@ -312,7 +344,7 @@ static const struct {
 } modes[] = { { "versions", versions }, { "instrumenting", instrumenting },
 	      { "forked", forked }, { "requests", requests }, { "requests-off", requests_off },
 	      { "prefix", prefix }, { "hostkv", hostkv }, { "hostkv-resume", hostkv_resume },
-	      { "hostkv-other", hostkv_other } };
+	      { "hostkv-other", hostkv_other }, { "hostkv-abort", hostkv_abort } };
 
 /*
  * Run mode in a child: this program again, with the caller's environment
@@ -595,6 +627,39 @@ static void test_hostkv_resume(void)
 	}
 }
 
+/* moeft restore after hostkv_abort: status 0 (no chunk lost), chunk 0 as
+ * the last window left it, chunks 1-255 as the first did, the rest zeros:
+ * nothing of the refused window. */
+static void test_hostkv_abort(void)
+{
+	static uint8_t got[4096];
+	char wal[128], cmd[512], path[160];
+	const char *vars[] = { wal_var(wal, sizeof wal, "abort.wal"), "MOEFT_WAL_SIZE=1M", NULL };
+	FILE *f;
+	int bad = 0;
+
+	CU_ASSERT_EQUAL_FATAL(in_child("hostkv-abort", 1, vars), 0);
+	snprintf(cmd, sizeof cmd, "'%s' restore --wal %s/abort.wal --out %s/abort.out 2>%s/err",
+		 getenv("MOEFT_TEST_CLI"), dir, dir, dir);
+	CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+	snprintf(path, sizeof path, "%s/abort.out/kv-pool-0.bin", dir);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f = fopen(path, "rb"));
+	for (unsigned c = 0; c < ABORT_POOL / 4096 && !bad; c++) {
+		CU_ASSERT_FATAL(fread(got, 1, sizeof got, f) == sizeof got);
+		for (unsigned i = 0; i < sizeof got && !bad; i++) {
+			uint8_t want = c == 0 ? (i ? 0xee : 0x11) : c < 256 ? (uint8_t)(c + 1) : 0;
+
+			if (got[i] != want) {
+				fprintf(stderr, "\nchunk %u byte %u: 0x%02x, want 0x%02x\n", c, i,
+					got[i], want);
+				bad = 1;
+			}
+		}
+	}
+	fclose(f);
+	CU_ASSERT(!bad);
+}
+
 static void test_requests_off(void)
 {
 	char wal[128];
@@ -631,6 +696,7 @@ int main(int argc, char **argv)
 		{ "the restored process's prefixes", test_restored_prefix },
 		{ "an adapter's host KV pool", test_hostkv },
 		{ "a host KV pool read back after a restore", test_hostkv_resume },
+		{ "a refused KV window leaves nothing", test_hostkv_abort },
 		{ "requests, not instrumented", test_requests_off },
 		CU_TEST_INFO_NULL,
 	};
