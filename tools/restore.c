@@ -77,6 +77,8 @@ struct restore {
 	char problem[MAX_PROBLEMS][192];/* why the exit status is 1 */
 	unsigned nproblem;
 	int quiet;                      /* no summary (restore_offline) */
+	uint64_t at_step;               /* the state's last step: STATE_NEWEST, or
+					   a set's cut (set_cut) */
 	char (*listed)[32];             /* images the earlier restore's manifest lists */
 	size_t nlisted;
 	/* The progress line on a terminal: bytes in all, done, last shown. */
@@ -943,7 +945,7 @@ static int run(struct restore *rs)
 	if ((ret = media_hold(rs->wal, &rs->hold, &err)) == 1)
 		return cli_fail(rs->cmd, rs->json, EXIT_BAD, "%s: in use by another writer, whose "
 				"process has not ended: nothing to restore from yet", rs->wal);
-	if ((ret = state_load(&rs->s, rs->wal, msg, sizeof msg)) < 0) {
+	if ((ret = state_load_at(&rs->s, rs->wal, rs->at_step, msg, sizeof msg)) < 0) {
 		if (rs->cmdv && (ret == STATE_NOTHING || blank(rs->wal)))
 			return RESTORE_NOTHING;
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s", msg);
@@ -1194,15 +1196,85 @@ none:
  * NAME its file name less ".wal", one summary each; the worst status.  A
  * log that cannot be restored does not keep the others from it.
  */
+/*
+ * The cut of a server's set of logs, when one of them is an engine
+ * adapter's scheduler (its newest window an adapter's): the newest step
+ * at which the scheduler committed its requests and every log of the set
+ * can be restored (state_pick), the workers' KV of that very step; the
+ * adapter numbers both sides' steps alike.  0 with *step STATE_NEWEST when
+ * no log is a scheduler's (each log restores on its own), 0 with *step
+ * the cut, or an exit status with the reason said.
+ */
+static int set_cut(const struct restore *proto, const struct logset *set, uint64_t *step)
+{
+	struct wal_reader **r = calloc(set->n ? set->n : 1, sizeof *r);
+	const struct wal_window **win = calloc(set->n ? set->n : 1, sizeof *win);
+	size_t *nwin = calloc(set->n ? set->n : 1, sizeof *nwin), i, k, sched = set->n;
+	struct rec_window_steps ws;
+	struct wal_error err;
+	int ret = 0;
+
+	*step = STATE_NEWEST;
+	if (!r || !win || !nwin) {
+		ret = cli_fail(proto->cmd, proto->json, EXIT_USAGE, "out of memory");
+		goto out;
+	}
+	for (i = 0; i < set->n; i++) {
+		if (wal_reader_open_path(set->paths[i], &r[i], &err) < 0)
+			continue;	/* its own restore says why */
+		win[i] = wal_reader_windows(r[i], &nwin[i]);
+		if (sched == set->n && state_pick(win[i], nwin[i], STATE_NEWEST, &ws) >= 0 &&
+		    (ws.flags & WINDOW_REQUESTS))
+			sched = i;
+	}
+	if (sched == set->n)
+		goto out;
+	/* The scheduler's windows, newest first: each a possible cut. */
+	for (k = nwin[sched]; k > 0; k--) {
+		uint64_t s;
+
+		if (!rec_requests_window(&win[sched][k - 1], &ws))
+			continue;
+		s = ws.first_step + ws.steps - 1;
+		/* A log with nothing to restore (no window with steps) is left
+		 * to its own restore to say so. */
+		for (i = 0; i < set->n; i++)
+			if (r[i] && state_pick(win[i], nwin[i], STATE_NEWEST, &ws) >= 0 &&
+			    state_pick(win[i], nwin[i], s, &ws) < 0)
+				break;
+		if (i == set->n) {
+			*step = s;
+			goto out;
+		}
+	}
+	ret = cli_fail(proto->cmd, proto->json, EXIT_BAD, "--wal %s: no step at which the "
+		       "scheduler's requests (%s) and every other log's state were committed: the "
+		       "server's processes cannot be restored together", proto->wal,
+		       set->paths[sched]);
+out:
+	for (i = 0; r && i < set->n; i++)
+		wal_reader_close(r[i]);
+	free(r);
+	free(win);
+	free(nwin);
+	return ret;
+}
+
 static int run_set(const struct restore *proto, const struct logset *set)
 {
 	char out[PATH_MAX];
 	struct wal_error err;
+	uint64_t cut;
 	int fd, ret = EXIT_OK, r;
 
 	if ((fd = media_open_dir(proto->out, 1, &err)) < 0)
 		return cli_fail(proto->cmd, proto->json, EXIT_USAGE, "--out %s", err.msg);
 	close(fd);
+	if ((ret = set_cut(proto, set, &cut)))
+		return ret;
+	if (cut != STATE_NEWEST && !proto->quiet)
+		fprintf(stderr, "moeft restore: the server's processes as of step %" PRIu64 ", the "
+			"newest their logs all committed\n", cut);
 	for (size_t i = 0; i < set->n; i++) {
 		struct restore rs = *proto;
 		const char *name = strrchr(set->paths[i], '/') + 1;
@@ -1214,6 +1286,7 @@ static int run_set(const struct restore *proto, const struct logset *set)
 		} else {
 			rs.wal = set->paths[i];
 			rs.out = out;
+			rs.at_step = cut;
 			r = run(&rs);
 			restore_free(&rs);
 		}
@@ -1238,6 +1311,7 @@ static void restore_free(struct restore *rs)
 int restore_offline(const char *wal, const char *out, struct restore_stats *st)
 {
 	struct restore rs = { .cmd = &cmd_restore, .wal = wal, .out = out, .dir = -1, .hold = -1,
+			      .at_step = STATE_NEWEST,
 			      .lock = PTHREAD_MUTEX_INITIALIZER,
 			      .quiet = 1 };
 	double t0 = now();
@@ -1262,7 +1336,7 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 		{ NULL, 0, NULL, 0 }
 	};
 	struct cli_opts o = { .cmd = cmd };
-	struct restore rs = { .cmd = cmd, .dir = -1, .hold = -1,
+	struct restore rs = { .cmd = cmd, .dir = -1, .hold = -1, .at_step = STATE_NEWEST,
 			      .lock = PTHREAD_MUTEX_INITIALIZER };
 	char preload[PATH_MAX], out[PATH_MAX], wal[PATH_MAX], msg[PATH_MAX + 128];
 	const char *lib = NULL;

@@ -388,12 +388,56 @@ static int open_store(struct state *s, const char *wal_path, char *msg, size_t l
 	return 0;
 }
 
+long state_pick(const struct wal_window *win, size_t nwin, uint64_t step,
+		struct rec_window_steps *ws)
+{
+	size_t i, decode = 0;
+
+	for (i = nwin; i > 0; i--) {
+		if (!rec_decode_window(&win[i - 1], ws))
+			continue;
+		/* The newest decode window, or the one before it in its epoch:
+		 * the store keeps a chunk's newest copy and the one before. */
+		if (decode && win[i - 1].epoch != win[decode - 1].epoch)
+			return -1;
+		if (step == STATE_NEWEST || ws->first_step + ws->steps - 1 == step)
+			return (long)(i - 1);
+		if (decode)
+			return -1;
+		decode = i;
+	}
+	if (decode)
+		return -1;
+	/* No kernels logged: a scheduler's process, its requests alone, any
+	 * adapter window of its newest one's epoch. */
+	for (i = nwin; i > 0; i--) {
+		if (!rec_requests_window(&win[i - 1], ws))
+			continue;
+		if (step == STATE_NEWEST || ws->first_step + ws->steps - 1 == step)
+			return (long)(i - 1);
+		for (size_t k = i - 1; k > 0; k--)
+			if (win[k - 1].epoch != win[i - 1].epoch)
+				break;
+			else if (rec_requests_window(&win[k - 1], ws) &&
+				 ws->first_step + ws->steps - 1 == step)
+				return (long)(k - 1);
+		return -1;
+	}
+	return -1;
+}
+
 int state_load(struct state *s, const char *wal_path, char *msg, size_t msglen)
+{
+	return state_load_at(s, wal_path, STATE_NEWEST, msg, msglen);
+}
+
+int state_load_at(struct state *s, const char *wal_path, uint64_t step, char *msg, size_t msglen)
 {
 	struct wal_error err = { 0 };
 	const struct wal_window *win;
 	struct scan sc = { 0 };
-	size_t nwin, i;
+	size_t nwin;
+	long pick;
 	int ret = -1;
 
 	memset(s, 0, sizeof *s);
@@ -402,19 +446,18 @@ int state_load(struct state *s, const char *wal_path, char *msg, size_t msglen)
 		return fail(msg, msglen, "%s", err.msg);
 	s->rec = wal_reader_recovery(s->r);
 	win = wal_reader_windows(s->r, &nwin);
-	for (i = nwin; i > 0 && !rec_decode_window(&win[i - 1], &s->cs); i--)
-		;
-	/* No kernels logged: a scheduler's process, its requests alone. */
-	if (!i)
-		for (i = nwin; i > 0 && !rec_requests_window(&win[i - 1], &s->cs); i--)
-			;
-	if (!i) {
-		fail(msg, msglen, "%s: no committed decode window (%zu committed window%s, none "
-		     "with decode steps): nothing to restore", wal_path, nwin, nwin == 1 ? "" : "s");
+	if ((pick = state_pick(win, nwin, step, &s->cs)) < 0) {
+		if (step == STATE_NEWEST)
+			fail(msg, msglen, "%s: no committed decode window (%zu committed window%s, "
+			     "none with decode steps): nothing to restore", wal_path, nwin,
+			     nwin == 1 ? "" : "s");
+		else
+			fail(msg, msglen, "%s: no window it can restore ends at step %" PRIu64,
+			     wal_path, step);
 		ret = STATE_NOTHING;
 		goto out;
 	}
-	s->c = &win[i - 1];
+	s->c = &win[pick];
 	if (open_store(s, wal_path, msg, msglen) < 0)
 		goto out;
 	if (routing_windows(s, win, nwin) < 0 || scan(s, &sc) < 0 || requests(s) < 0)

@@ -122,6 +122,20 @@ struct state {
 	struct state_requests req;
 };
 
+/* state_load_at's step for the newest window a restore can take. */
+#define STATE_NEWEST UINT64_MAX
+
+/*
+ * The window of a log a restore takes as C, its last step `step`
+ * (STATE_NEWEST: the newest one): a decode window, the newest or the one
+ * before it in its epoch (the KV store keeps a chunk's newest copy and
+ * the one before, so no earlier state is whole); else, in a log with no
+ * decode window, an adapter window of its newest one's epoch.  Its index
+ * in win with *ws its steps, or -1.
+ */
+long state_pick(const struct wal_window *win, size_t nwin, uint64_t step,
+		struct rec_window_steps *ws);
+
 /*
  * Read the log at wal_path and its KV store (wal_path + ".kv"; a missing
  * one is no error: device-DAX and routing-only logs have none).  0;
@@ -133,6 +147,10 @@ struct state {
  */
 #define STATE_NOTHING (-2)
 int state_load(struct state *s, const char *wal_path, char *msg, size_t msglen);
+/* The same as of the window state_pick gives for step: STATE_NOTHING when
+ * there is none. */
+int state_load_at(struct state *s, const char *wal_path, uint64_t step, char *msg,
+		  size_t msglen);
 void state_free(struct state *s);
 
 enum state_chunk_kind {

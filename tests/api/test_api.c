@@ -328,6 +328,45 @@ static int hostkv_abort(void)
 	return a.commit_kv(4, 4, &zero, 1) == 0 ? 0 : 54;
 }
 
+/* A server of two processes in one directory: a scheduler committing
+ * request "r" every 4 steps, a worker committing its pool (16 KiB, every
+ * byte k + 1 in window k) every 4 steps; TEST_WINDOWS windows each. */
+static int set_sched(void)
+{
+	static uint32_t tokens[64], blocks[32];
+	const uint32_t *groups[1] = { blocks };
+	struct api a = open_api();
+	int n = atoi(getenv("TEST_WINDOWS"));
+
+	for (uint32_t i = 0; i < 64; i++)
+		tokens[i] = i + 1, blocks[i / 2] = i / 2;
+	for (int k = 0; k < n; k++) {
+		size_t nb = (size_t)(4 * k + 4) / 2;
+		struct moeft_request r = { .id = "r", .id_len = 1, .tokens = tokens,
+			.ntokens = (size_t)(4 * k + 4), .nprompt = 2, .ncomputed = (size_t)(4 * k + 4),
+			.block_tokens = 2, .ngroups = 1, .blocks = groups, .nblocks = &nb };
+
+		if (a.commit_requests((uint64_t)(4 * k), 4, &r, 1) != 0)
+			return 60;
+	}
+	return 0;
+}
+
+static int set_worker(void)
+{
+	static uint8_t pool[16384];
+	struct api a = open_api();
+	int n = atoi(getenv("TEST_WINDOWS")), h = a.kv_pool("kv", pool, sizeof pool, 4096);
+	struct moeft_kv_range all = { h, 0, sizeof pool };
+
+	for (int k = 0; k < n; k++) {
+		memset(pool, k + 1, sizeof pool);
+		if (a.commit_kv((uint64_t)(4 * k), 4, &all, 1) != 0)
+			return 61;
+	}
+	return h == 0 ? 0 : 62;
+}
+
 /* The same log restored into a pool of another size: stopped (status 3). */
 static int hostkv_other(void)
 {
@@ -344,7 +383,8 @@ static const struct {
 } modes[] = { { "versions", versions }, { "instrumenting", instrumenting },
 	      { "forked", forked }, { "requests", requests }, { "requests-off", requests_off },
 	      { "prefix", prefix }, { "hostkv", hostkv }, { "hostkv-resume", hostkv_resume },
-	      { "hostkv-other", hostkv_other }, { "hostkv-abort", hostkv_abort } };
+	      { "hostkv-other", hostkv_other }, { "hostkv-abort", hostkv_abort },
+	      { "set-sched", set_sched }, { "set-worker", set_worker } };
 
 /*
  * Run mode in a child: this program again, with the caller's environment
@@ -660,6 +700,71 @@ static void test_hostkv_abort(void)
 	CU_ASSERT(!bad);
 }
 
+/* The scheduler's and the worker's windows of one server, sched and
+ * worker windows each, restored offline as a set: the cut's step (the
+ * request index's last step, the worker image's byte), or -1 when the
+ * restore refuses; *status its exit status. */
+static int set_restore(const char *tag, int sched, int worker, int *status)
+{
+	char set[128], var[160], win[32], cmd[512], path[200];
+	const char *vars[] = { var, win, "MOEFT_WAL_SIZE=16M", NULL };
+	uint8_t buf[4096], byte[1];
+	struct reqindex x;
+	char err[200];
+	size_t len;
+	FILE *f;
+	int last;
+
+	snprintf(set, sizeof set, "%s/%s", dir, tag);
+	if (mkdir(set, 0700) < 0)
+		return -2;
+	snprintf(var, sizeof var, "MOEFT_WAL=%s/sched.nodev.wal", set);
+	snprintf(win, sizeof win, "TEST_WINDOWS=%d", sched);
+	if (in_child("set-sched", 1, vars) != 0)
+		return -3;
+	snprintf(var, sizeof var, "MOEFT_WAL=%s/worker.nodev.wal", set);
+	snprintf(win, sizeof win, "TEST_WINDOWS=%d", worker);
+	if (in_child("set-worker", 1, vars) != 0)
+		return -4;
+	snprintf(cmd, sizeof cmd, "'%s' restore --wal %s --out %s.out 2>%s/err",
+		 getenv("MOEFT_TEST_CLI"), set, set, dir);
+	*status = WEXITSTATUS(system(cmd));
+	if (*status)
+		return -1;
+	snprintf(path, sizeof path, "%s.out/sched.nodev/%s", set, REQINDEX_NAME);
+	if (!(f = fopen(path, "rb")))
+		return -5;
+	len = fread(buf, 1, sizeof buf, f);
+	fclose(f);
+	if (reqindex_parse(buf, len, &x, err, sizeof err) < 0)
+		return -6;
+	last = (int)x.last_step;
+	reqindex_free(&x);
+	snprintf(path, sizeof path, "%s.out/worker.nodev/kv-pool-0.bin", set);
+	if (!(f = fopen(path, "rb")) || fread(byte, 1, 1, f) != 1)
+		return -7;
+	fclose(f);
+	/* The worker's state must be of the same step: window k is k + 1. */
+	return byte[0] == (last + 1) / 4 ? last : -8;
+}
+
+/* The cut of a server's logs: the newest step both committed; the
+ * worker's window before its newest when the scheduler lags one; none
+ * when it lags more (the store keeps two copies of a chunk). */
+static void test_set_cut(void)
+{
+	char cmd[256];
+	int status = -1;
+
+	CU_ASSERT_EQUAL(set_restore("cut-worker-behind", 3, 2, &status), 7);
+	CU_ASSERT_EQUAL(set_restore("cut-sched-behind", 3, 4, &status), 11);
+	CU_ASSERT_EQUAL(set_restore("cut-none", 1, 4, &status), -1);
+	CU_ASSERT_EQUAL(status, 1);
+	snprintf(cmd, sizeof cmd, "grep -q \"every other log's state were committed: the server's "
+		 "processes cannot be restored together\" %s/err", dir);
+	CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
 static void test_requests_off(void)
 {
 	char wal[128];
@@ -697,6 +802,7 @@ int main(int argc, char **argv)
 		{ "an adapter's host KV pool", test_hostkv },
 		{ "a host KV pool read back after a restore", test_hostkv_resume },
 		{ "a refused KV window leaves nothing", test_hostkv_abort },
+		{ "the cut of a server's logs", test_set_cut },
 		{ "requests, not instrumented", test_requests_off },
 		CU_TEST_INFO_NULL,
 	};
