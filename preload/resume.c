@@ -49,6 +49,8 @@ static struct {
 	struct reqindex index;
 	uint8_t *index_bytes;      /* NULL: the plan has none */
 	char plan_path[PATH_MAX];
+	char set_root[PATH_MAX];   /* MOEFT_RESTORE named a server's set: the
+				      plan is set_root/NAME/plan ("": not) */
 } rm = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 void resume_refuse(const char *fmt, ...)
@@ -119,6 +121,7 @@ __attribute__((constructor)) static void resume_at_load(void)
 	const char *plan = getenv("MOEFT_RESTORE");
 	struct moeft_config cfg;
 	char err[640], manifest[PATH_MAX + 32], *slash;
+	struct stat st;
 	int fd;
 
 	if (!plan || !*plan)
@@ -130,6 +133,12 @@ __attribute__((constructor)) static void resume_at_load(void)
 	if (cfg.disable)
 		resume_refuse("MOEFT_DISABLE=1 keeps the preload off, which could not take the "
 			      "restored state");
+	/* A server's set: this process's own state is known at the start,
+	 * once its log is named; no resume position is handed over. */
+	if (stat(cfg.restore_plan, &st) == 0 && S_ISDIR(st.st_mode)) {
+		snprintf(rm.set_root, sizeof rm.set_root, "%s", cfg.restore_plan);
+		return;
+	}
 	if (restore_plan_load(cfg.restore_plan, &rm.plan, err, sizeof err) < 0)
 		resume_refuse("MOEFT_RESTORE: %s", err);
 	/*
@@ -180,10 +189,39 @@ static void ended_unrestored(void)
 	_exit(RESUME_EXIT_REFUSED);
 }
 
+/* In a server's set: this process's plan, NAME its log's file name less
+ * ".wal".  1 when there is one (loaded), 0 when its log has no state in
+ * the set (the process is not restoring). */
+static int own_plan(const char *wal_path)
+{
+	const char *name = strrchr(wal_path, '/');
+	char err[640];
+	size_t n;
+
+	name = name ? name + 1 : wal_path;
+	n = strlen(name);
+	if (n > 4 && !strcmp(name + n - 4, ".wal"))
+		n -= 4;
+	if (snprintf(rm.plan_path, sizeof rm.plan_path, "%s/%.*s/%s", rm.set_root, (int)n, name,
+		     RESTORE_PLAN_NAME) >= (int)sizeof rm.plan_path)
+		resume_refuse("MOEFT_RESTORE: %s/%.*s: path too long", rm.set_root, (int)n, name);
+	if (access(rm.plan_path, F_OK) < 0 && errno == ENOENT) {
+		msg_log(WAL_LOG_WARN, "restore: %s holds no state of this process's log %s: "
+			"it starts fresh", rm.set_root, wal_path);
+		rm.requested = 0;
+		return 0;
+	}
+	if (restore_plan_load(rm.plan_path, &rm.plan, err, sizeof err) < 0)
+		resume_refuse("MOEFT_RESTORE: %s", err);
+	return 1;
+}
+
 void resume_start(struct wal *w, const char *wal_path, int at_step)
 {
 	struct wal_stats st;
 
+	if (rm.set_root[0] && !own_plan(wal_path))
+		return;
 	wal_stats(w, &st);
 	if (rm.plan.log_id != st.log_id)
 		resume_refuse("MOEFT_RESTORE: the plan is for log %016" PRIx64 ", %s is log %016"

@@ -19,6 +19,12 @@
  * launch.  Either way every other stream waits for the copies before its
  * own first step.
  *
+ * MOEFT_RESTORE may instead name a directory, `moeft restore --wal DIR --
+ * CMD`'s for a server whose processes each kept their own log: each
+ * process takes DIR/NAME/plan at the start, NAME its log's file name less
+ * ".wal", and is not restoring when there is none; no resume position is
+ * handed over then (an engine's connector resumes its requests).
+ *
  * A plan without pools (a scheduler's process: the engine's requests
  * alone) is in at the start.  The engine's requests beside the plan
  * (reqindex.h) are read at load and answer moeft_restored_prefix.

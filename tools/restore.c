@@ -1121,6 +1121,89 @@ static int bring_back(struct restore *rs, const char *preload, int fresh /* 1: a
 }
 
 static void restore_free(struct restore *rs);
+static int set_cut(const struct restore *proto, const struct logset *set, uint64_t *step);
+
+/*
+ * --wal DIR of several logs, one per process of a server, -- CMD: each log
+ * restored into OUT/NAME (OUT: DIR.restore unless --out says) as of the
+ * set's cut, each whole or CMD is not started; then CMD with MOEFT_WAL the
+ * directory and MOEFT_RESTORE naming OUT, where each of its processes
+ * takes the state of its own log (preload/resume.h); a log with nothing to
+ * restore leaves its process to start fresh.  Every output directory stays
+ * locked, every log held, until CMD starts.
+ */
+static int bring_back_set(struct restore *proto, const struct logset *set, const char *preload,
+			  int fresh)
+{
+	char dir[PATH_MAX], root[PATH_MAX], out[PATH_MAX], real[PATH_MAX];
+	struct wal_error err;
+	uint64_t cut;
+	int fd, ret;
+
+	if (absolute(proto->wal, dir, sizeof dir - 1) < 0)
+		return cli_fail(proto->cmd, proto->json, EXIT_USAGE, "--wal %s: %s", proto->wal,
+				strerror(errno));
+	if (fresh) {
+		fprintf(stderr, "moeft restore: --force-fresh: starting %s without restoring\n",
+			proto->cmdv[0]);
+		launch_exec(proto->cmdv, preload, strcat(dir, "/"), NULL);
+		return cli_fail(proto->cmd, proto->json, EXIT_USAGE, "cannot start %s: %s",
+				proto->cmdv[0], strerror(errno));
+	}
+	if (snprintf(root, sizeof root, "%s", proto->out ? proto->out : dir) >= (int)sizeof root ||
+	    (!proto->out && strlen(root) + sizeof ".restore" > sizeof root))
+		return cli_fail(proto->cmd, proto->json, EXIT_USAGE, "--out: path too long");
+	if (!proto->out)
+		strcat(root, ".restore");
+	if ((fd = media_open_dir(root, 1, &err)) < 0)
+		return cli_fail(proto->cmd, proto->json, EXIT_USAGE, "--out %s", err.msg);
+	close(fd);
+	if ((ret = set_cut(proto, set, &cut)))
+		return ret;
+	for (size_t i = 0; i < set->n; i++) {
+		struct restore rs = *proto;
+		const char *name = strrchr(set->paths[i], '/') + 1;
+
+		if (snprintf(out, sizeof out, "%s/%.*s", root, (int)(strlen(name) - 4), name) >=
+		    (int)sizeof out)
+			return cli_fail(rs.cmd, rs.json, EXIT_USAGE, "--out %s/%s: path too long", root,
+					name);
+		rs.wal = set->paths[i];
+		rs.out = out;
+		rs.at_step = cut;
+		if ((ret = preflight(&rs, rs.wal)) == 0)
+			ret = run(&rs);
+		if (ret == RESTORE_NOTHING) {
+			fprintf(stderr, "moeft restore: %s: nothing to restore, its process starts "
+				"fresh\n", rs.wal);
+		} else if (ret == EXIT_USAGE || !rs.s.rec) {
+			restore_free(&rs);
+			return ret ? ret : EXIT_USAGE;
+		} else if (!kv_whole(&rs)) {
+			ret = cli_fail(rs.cmd, rs.json, EXIT_BAD, "%s: the KV state of window %" PRIu64
+				       " is not whole (above); not starting %s on it (--force-fresh "
+				       "starts it without restoring)", rs.wal, rs.s.c->id,
+				       rs.cmdv[0]);
+			restore_free(&rs);
+			return ret;
+		} else if (rs.dir >= 0 && fcntl(rs.dir, F_SETFD, 0) < 0) {
+			ret = cli_fail(rs.cmd, rs.json, EXIT_USAGE, "--out %s: %s", out,
+				       strerror(errno));
+			restore_free(&rs);
+			return ret;
+		}
+		rs.dir = rs.hold = -1;	/* kept, until CMD starts (the lock beyond) */
+		restore_free(&rs);
+	}
+	if (!realpath(root, real))
+		return cli_fail(proto->cmd, proto->json, EXIT_USAGE, "%s: %s", root, strerror(errno));
+	fprintf(stderr, "moeft restore: %zu logs restored into %s; each process of %s takes the "
+		"state of its own log, by name, and one of another name starts fresh\n", set->n,
+		real, proto->cmdv[0]);
+	launch_exec(proto->cmdv, preload, strcat(dir, "/"), real);
+	return cli_fail(proto->cmd, proto->json, EXIT_USAGE, "cannot start %s: %s", proto->cmdv[0],
+			strerror(errno));
+}
 
 /*
  * No --wal: CMD's own log in the preload's default directory, ROLE.DEVICE.wal
@@ -1394,10 +1477,7 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 		return ret;
 	}
 	if (set.dir && set.n > 1) {
-		ret = cli_fail(cmd, rs.json, EXIT_USAGE, "--wal %s: %zu logs, one per process of a "
-			       "server; restoring such a server online needs each process to take "
-			       "its own state, which moeft cannot do yet: restore them offline "
-			       "(--out DIR), or name one log", rs.wal, set.n);
+		ret = bring_back_set(&rs, &set, lib, fresh);
 		logset_free(&set);
 		return ret;
 	}

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -367,6 +368,38 @@ static int set_worker(void)
 	return h == 0 ? 0 : 62;
 }
 
+/* The server restored online: each process names itself as before (its
+ * log's name) and takes its own state, that of the cut (step 7). */
+static int set_resume_sched(void)
+{
+	static const uint32_t tokens[9] = { 1, 2, 3, 4, 5, 6, 7, 8, 9 };
+	struct api a;
+	uint32_t blocks[8];
+	size_t nb = 0;
+
+	prctl(PR_SET_NAME, "sched");
+	a = open_api();
+	return a.restored_prefix(tokens, 9, 0, blocks, 8, &nb) == 8 && nb == 4 && blocks[3] == 3 ?
+	       0 : 70;
+}
+
+static int set_resume_worker(void)
+{
+	static uint8_t pool[16384], got[16384];
+	struct api a;
+	int h;
+
+	prctl(PR_SET_NAME, "worker");
+	a = open_api();
+	if ((h = a.kv_pool("kv", pool, sizeof pool, 4096)) != 0 ||
+	    a.restored_read(h, 0, got, sizeof got) != 0)
+		return 71;
+	for (size_t i = 0; i < sizeof got; i++)
+		if (got[i] != 2)
+			return 72;
+	return 0;
+}
+
 /* The same log restored into a pool of another size: stopped (status 3). */
 static int hostkv_other(void)
 {
@@ -384,7 +417,8 @@ static const struct {
 	      { "forked", forked }, { "requests", requests }, { "requests-off", requests_off },
 	      { "prefix", prefix }, { "hostkv", hostkv }, { "hostkv-resume", hostkv_resume },
 	      { "hostkv-other", hostkv_other }, { "hostkv-abort", hostkv_abort },
-	      { "set-sched", set_sched }, { "set-worker", set_worker } };
+	      { "set-sched", set_sched }, { "set-worker", set_worker },
+	      { "set-resume-sched", set_resume_sched }, { "set-resume-worker", set_resume_worker } };
 
 /*
  * Run mode in a child: this program again, with the caller's environment
@@ -577,7 +611,7 @@ static void test_request_index(void)
 /* The status of `ENV... CMD` run by the shell, stderr into DIR/err. */
 static int shell(const char *cmd)
 {
-	char line[2048];
+	char line[4096];
 	int st;
 
 	snprintf(line, sizeof line, "env -u LD_PRELOAD %s 2>%s/err", cmd, dir);
@@ -765,6 +799,24 @@ static void test_set_cut(void)
 	CU_ASSERT_EQUAL(system(cmd), 0);
 }
 
+/* moeft restore --wal DIR -- CMD of the first set of test_set_cut: both
+ * processes of CMD take their own state as of the cut. */
+static void test_set_online(void)
+{
+	char self[512], cmd[2048];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+
+	CU_ASSERT_FATAL(n > 0);
+	self[n] = '\0';
+	CU_ASSERT_FATAL(exists("cut-worker-behind/sched.nodev.wal"));
+	snprintf(cmd, sizeof cmd, "MOEFT_TEST_LIB='%s' '%s' restore --wal %s/cut-worker-behind "
+		 "--preload '%s' -- sh -c \"'%s' --child set-resume-sched & '%s' --child "
+		 "set-resume-worker; w=\\$?; wait \\$!; exit \\$((\\$? * 8 + w))\"",
+		 getenv("MOEFT_TEST_LIB"), getenv("MOEFT_TEST_CLI"), dir, getenv("MOEFT_TEST_LIB"),
+		 self, self);
+	CU_ASSERT_EQUAL(shell(cmd), 0);
+}
+
 static void test_requests_off(void)
 {
 	char wal[128];
@@ -803,6 +855,7 @@ int main(int argc, char **argv)
 		{ "a host KV pool read back after a restore", test_hostkv_resume },
 		{ "a refused KV window leaves nothing", test_hostkv_abort },
 		{ "the cut of a server's logs", test_set_cut },
+		{ "a server's logs restored online", test_set_online },
 		{ "requests, not instrumented", test_requests_off },
 		CU_TEST_INFO_NULL,
 	};
