@@ -271,3 +271,25 @@ int restore_plan_format(const struct restore_plan *p, char *buf, size_t len, cha
 	restore_plan_free(&back);
 	return (int)n;
 }
+
+int restore_set_lists(const char *text, const char *name)
+{
+	size_t n = strlen(name), len;
+	const char *p, *end;
+	int found = 0;
+
+	if (strncmp(text, RESTORE_SET_HEAD, sizeof RESTORE_SET_HEAD - 1))
+		return -1;
+	/* Every line a name of the log names' bytes, ended; the whole file
+	 * checked before an answer. */
+	for (p = text + sizeof RESTORE_SET_HEAD - 1; *p; p = end + 1) {
+		if (!(end = strchr(p, '\n')) || end == p)
+			return -1;
+		len = (size_t)(end - p);
+		if (strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") <
+		    len)
+			return -1;
+		found |= len == n && !strncmp(p, name, n);
+	}
+	return found;
+}

@@ -39,6 +39,21 @@
 #define RESTORE_MANIFEST_NAME "manifest.json"
 #define RESTORE_NAME_MAX 64u          /* bytes of an image's file name */
 
+/*
+ * A server's restore (moeft restore --wal DIR -- CMD over several logs)
+ * writes each log's state into OUT/NAME and then OUT/set, the names whose
+ * state CMD's processes take, one per line after "moeft-restore-set 1":
+ * restore mode takes OUT as a set only with this file, and a process
+ * whose log's name it does not list starts fresh.
+ */
+#define RESTORE_SET_NAME "set"
+#define RESTORE_SET_HEAD "moeft-restore-set 1\n"
+#define RESTORE_SET_MAX (1u << 20)    /* bytes of the file */
+
+/* Whether the set file's text (NUL-terminated) lists name: 1, 0, or -1
+ * when it is no set file (each line a name of [A-Za-z0-9._-], ended). */
+int restore_set_lists(const char *text, const char *name);
+
 /* Bytes of a plan file: the version, log and window lines at their widest
  * (21 + 21 + 70), then KVS_MAX_POOLS pool lines at theirs: "pool", NO of 5
  * digits, 16 hex digits, 20, 10 and 20 digits, the longest FILE, six

@@ -51,6 +51,7 @@ static struct {
 	char plan_path[PATH_MAX];
 	char set_root[PATH_MAX];   /* MOEFT_RESTORE named a server's set: the
 				      plan is set_root/NAME/plan ("": not) */
+	char *set;                 /* its set file's text */
 } rm = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 void resume_refuse(const char *fmt, ...)
@@ -108,6 +109,32 @@ static void load_index(const char *plan)
 			      rm.index.last_step);
 }
 
+/* A directory in MOEFT_RESTORE is a server's set only with its set file
+ * (plan.h), read whole at load: any other directory stops the process. */
+static void read_set(void)
+{
+	char path[PATH_MAX + 8];
+	ssize_t n;
+	size_t got = 0;
+	int fd;
+
+	snprintf(path, sizeof path, "%s/%s", rm.set_root, RESTORE_SET_NAME);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+		resume_refuse("MOEFT_RESTORE: %s: %s (a directory is a server's restore only "
+			      "with the set file moeft restore writes)", path, strerror(errno));
+	if (!(rm.set = malloc(RESTORE_SET_MAX + 1)))
+		resume_refuse("MOEFT_RESTORE: %s: out of memory", path);
+	while (got <= RESTORE_SET_MAX &&
+	       ((n = read(fd, rm.set + got, RESTORE_SET_MAX + 1 - got)) > 0 ||
+		(n < 0 && errno == EINTR)))
+		got += n > 0 ? (size_t)n : 0;
+	close(fd);
+	rm.set[got] = '\0';
+	if (got > RESTORE_SET_MAX || memchr(rm.set, '\0', got) ||
+	    restore_set_lists(rm.set, "") < 0)
+		resume_refuse("MOEFT_RESTORE: %s: not a set file", path);
+}
+
 /*
  * Restore mode begins at load, before the command's main: the command may
  * read its resume position first thing, and must find it only if this
@@ -137,6 +164,7 @@ __attribute__((constructor)) static void resume_at_load(void)
 	 * once its log is named; no resume position is handed over. */
 	if (stat(cfg.restore_plan, &st) == 0 && S_ISDIR(st.st_mode)) {
 		snprintf(rm.set_root, sizeof rm.set_root, "%s", cfg.restore_plan);
+		read_set();
 		return;
 	}
 	if (restore_plan_load(cfg.restore_plan, &rm.plan, err, sizeof err) < 0)
@@ -190,27 +218,28 @@ static void ended_unrestored(void)
 }
 
 /* In a server's set: this process's plan, NAME its log's file name less
- * ".wal".  1 when there is one (loaded), 0 when its log has no state in
- * the set (the process is not restoring). */
+ * ".wal".  1 when the set lists NAME (the plan loaded), 0 when it does
+ * not (the process is not restoring). */
 static int own_plan(const char *wal_path)
 {
-	const char *name = strrchr(wal_path, '/');
-	char err[640];
+	const char *base = strrchr(wal_path, '/');
+	char err[640], name[NAME_MAX + 1];
 	size_t n;
 
-	name = name ? name + 1 : wal_path;
-	n = strlen(name);
-	if (n > 4 && !strcmp(name + n - 4, ".wal"))
+	base = base ? base + 1 : wal_path;
+	n = strlen(base);
+	if (n > 4 && !strcmp(base + n - 4, ".wal"))
 		n -= 4;
-	if (snprintf(rm.plan_path, sizeof rm.plan_path, "%s/%.*s/%s", rm.set_root, (int)n, name,
-		     RESTORE_PLAN_NAME) >= (int)sizeof rm.plan_path)
-		resume_refuse("MOEFT_RESTORE: %s/%.*s: path too long", rm.set_root, (int)n, name);
-	if (access(rm.plan_path, F_OK) < 0 && errno == ENOENT) {
-		msg_log(WAL_LOG_WARN, "restore: %s holds no state of this process's log %s: "
+	snprintf(name, sizeof name, "%.*s", (int)n, base);
+	if (restore_set_lists(rm.set, name) != 1) {
+		msg_log(WAL_LOG_WARN, "restore: the set %s holds no state of this process's log %s: "
 			"it starts fresh", rm.set_root, wal_path);
 		rm.requested = 0;
 		return 0;
 	}
+	if (snprintf(rm.plan_path, sizeof rm.plan_path, "%s/%s/%s", rm.set_root, name,
+		     RESTORE_PLAN_NAME) >= (int)sizeof rm.plan_path)
+		resume_refuse("MOEFT_RESTORE: %s/%s: path too long", rm.set_root, name);
 	if (restore_plan_load(rm.plan_path, &rm.plan, err, sizeof err) < 0)
 		resume_refuse("MOEFT_RESTORE: %s", err);
 	return 1;

@@ -1123,6 +1123,52 @@ static int bring_back(struct restore *rs, const char *preload, int fresh /* 1: a
 static void restore_free(struct restore *rs);
 static int set_cut(const struct restore *proto, const struct logset *set, uint64_t *step);
 
+/* Whether the log at path has a window a restore could take: a log
+ * without one has no state of any step. */
+static int has_steps(const char *path)
+{
+	const struct wal_window *win;
+	struct rec_window_steps ws;
+	struct wal_reader *r;
+	struct wal_error err;
+	size_t n;
+	int has;
+
+	if (wal_reader_open_path(path, &r, &err) < 0)
+		return 1;	/* unknown: it may */
+	win = wal_reader_windows(r, &n);
+	has = state_pick(win, n, STATE_NEWEST, &ws) >= 0;
+	wal_reader_close(r);
+	return has;
+}
+
+/* OUT/set (plan.h): the names whose state the set restored, written whole
+ * under a temporary name first; the earlier one is replaced. */
+static int write_set(const struct restore *proto, const char *root, const struct logset *set,
+		     const int *listed)
+{
+	char path[PATH_MAX + 8], tmp[PATH_MAX + 16];
+	FILE *f;
+	int ok;
+
+	snprintf(path, sizeof path, "%s/" RESTORE_SET_NAME, root);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	if (!(f = fopen(tmp, "wx")) && !(errno == EEXIST && !unlink(tmp) && (f = fopen(tmp, "wx"))))
+		return cli_fail(proto->cmd, proto->json, EXIT_USAGE, "%s: %s", tmp, strerror(errno));
+	fputs(RESTORE_SET_HEAD, f);
+	for (size_t i = 0; i < set->n; i++)
+		if (listed[i]) {
+			const char *name = strrchr(set->paths[i], '/') + 1;
+
+			fprintf(f, "%.*s\n", (int)(strlen(name) - 4), name);
+		}
+	ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+	ok = fclose(f) == 0 && ok;
+	if (!ok || rename(tmp, path) < 0)
+		return cli_fail(proto->cmd, proto->json, EXIT_USAGE, "%s: %s", path, strerror(errno));
+	return 0;
+}
+
 /*
  * --wal DIR of several logs, one per process of a server, -- CMD: each log
  * restored into OUT/NAME (OUT: DIR.restore unless --out says) as of the
@@ -1138,7 +1184,7 @@ static int bring_back_set(struct restore *proto, const struct logset *set, const
 	char dir[PATH_MAX], root[PATH_MAX], out[PATH_MAX], real[PATH_MAX];
 	struct wal_error err;
 	uint64_t cut;
-	int fd, ret;
+	int fd, ret, *listed;
 
 	if (absolute(proto->wal, dir, sizeof dir - 1) < 0)
 		return cli_fail(proto->cmd, proto->json, EXIT_USAGE, "--wal %s: %s", proto->wal,
@@ -1160,6 +1206,8 @@ static int bring_back_set(struct restore *proto, const struct logset *set, const
 	close(fd);
 	if ((ret = set_cut(proto, set, &cut)))
 		return ret;
+	if (!(listed = calloc(set->n ? set->n : 1, sizeof *listed)))
+		return cli_fail(proto->cmd, proto->json, EXIT_USAGE, "out of memory");
 	for (size_t i = 0; i < set->n; i++) {
 		struct restore rs = *proto;
 		const char *name = strrchr(set->paths[i], '/') + 1;
@@ -1173,28 +1221,40 @@ static int bring_back_set(struct restore *proto, const struct logset *set, const
 		rs.at_step = cut;
 		if ((ret = preflight(&rs, rs.wal)) == 0)
 			ret = run(&rs);
-		if (ret == RESTORE_NOTHING) {
+		if (ret == RESTORE_NOTHING && cut != STATE_NEWEST && has_steps(rs.wal)) {
+			/* Its state is of other steps than the cut's. */
+			ret = cli_fail(rs.cmd, rs.json, EXIT_BAD, "%s has no state as of step %" PRIu64
+				       ", the set's cut: not starting %s (--force-fresh starts it "
+				       "without restoring)", rs.wal, cut, rs.cmdv[0]);
+		} else if (ret == RESTORE_NOTHING) {
 			fprintf(stderr, "moeft restore: %s: nothing to restore, its process starts "
 				"fresh\n", rs.wal);
+			ret = 0;
 		} else if (ret == EXIT_USAGE || !rs.s.rec) {
-			restore_free(&rs);
-			return ret ? ret : EXIT_USAGE;
+			ret = ret ? ret : EXIT_USAGE;
 		} else if (!kv_whole(&rs)) {
 			ret = cli_fail(rs.cmd, rs.json, EXIT_BAD, "%s: the KV state of window %" PRIu64
 				       " is not whole (above); not starting %s on it (--force-fresh "
 				       "starts it without restoring)", rs.wal, rs.s.c->id,
 				       rs.cmdv[0]);
-			restore_free(&rs);
-			return ret;
 		} else if (rs.dir >= 0 && fcntl(rs.dir, F_SETFD, 0) < 0) {
 			ret = cli_fail(rs.cmd, rs.json, EXIT_USAGE, "--out %s: %s", out,
 				       strerror(errno));
-			restore_free(&rs);
+		} else {
+			listed[i] = 1;
+			rs.dir = rs.hold = -1;	/* kept until CMD starts (the lock beyond) */
+			ret = 0;
+		}
+		restore_free(&rs);
+		if (ret) {
+			free(listed);
 			return ret;
 		}
-		rs.dir = rs.hold = -1;	/* kept, until CMD starts (the lock beyond) */
-		restore_free(&rs);
 	}
+	ret = write_set(proto, root, set, listed);
+	free(listed);
+	if (ret)
+		return ret;
 	if (!realpath(root, real))
 		return cli_fail(proto->cmd, proto->json, EXIT_USAGE, "%s: %s", root, strerror(errno));
 	fprintf(stderr, "moeft restore: %zu logs restored into %s; each process of %s takes the "
@@ -1303,8 +1363,10 @@ static int set_cut(const struct restore *proto, const struct logset *set, uint64
 		goto out;
 	}
 	for (i = 0; i < set->n; i++) {
-		if (wal_reader_open_path(set->paths[i], &r[i], &err) < 0)
-			continue;	/* its own restore says why */
+		if (wal_reader_open_path(set->paths[i], &r[i], &err) < 0) {
+			ret = cli_fail(proto->cmd, proto->json, EXIT_USAGE, "%s", err.msg);
+			goto out;
+		}
 		win[i] = wal_reader_windows(r[i], &nwin[i]);
 		if (sched == set->n && state_pick(win[i], nwin[i], STATE_NEWEST, &ws) >= 0 &&
 		    (ws.flags & WINDOW_REQUESTS))
@@ -1322,7 +1384,7 @@ static int set_cut(const struct restore *proto, const struct logset *set, uint64
 		/* A log with nothing to restore (no window with steps) is left
 		 * to its own restore to say so. */
 		for (i = 0; i < set->n; i++)
-			if (r[i] && state_pick(win[i], nwin[i], STATE_NEWEST, &ws) >= 0 &&
+			if (state_pick(win[i], nwin[i], STATE_NEWEST, &ws) >= 0 &&
 			    state_pick(win[i], nwin[i], s, &ws) < 0)
 				break;
 		if (i == set->n) {

@@ -392,8 +392,15 @@ long state_pick(const struct wal_window *win, size_t nwin, uint64_t step,
 		struct rec_window_steps *ws)
 {
 	size_t i, decode = 0;
+	int damaged = 0;
 
 	for (i = nwin; i > 0; i--) {
+		/* A damaged window may have put copies of its own: the one
+		 * before the newest intact one is gone then. */
+		if (win[i - 1].state != WAL_WINDOW_INTACT) {
+			damaged |= !decode;
+			continue;
+		}
 		if (!rec_decode_window(&win[i - 1], ws))
 			continue;
 		/* The newest decode window, or the one before it in its epoch:
@@ -402,7 +409,7 @@ long state_pick(const struct wal_window *win, size_t nwin, uint64_t step,
 			return -1;
 		if (step == STATE_NEWEST || ws->first_step + ws->steps - 1 == step)
 			return (long)(i - 1);
-		if (decode)
+		if (decode || damaged)
 			return -1;
 		decode = i;
 	}

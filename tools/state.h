@@ -129,7 +129,8 @@ struct state {
  * The window of a log a restore takes as C, its last step `step`
  * (STATE_NEWEST: the newest one): a decode window, the newest or the one
  * before it in its epoch (the KV store keeps a chunk's newest copy and
- * the one before, so no earlier state is whole); else, in a log with no
+ * the one before, so no earlier state is whole; the newest only when a
+ * damaged window follows it, which may have put copies); else, in a log with no
  * decode window, an adapter window of its newest one's epoch.  Its index
  * in win with *ws its steps, or -1.
  */

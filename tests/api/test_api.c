@@ -811,10 +811,18 @@ static void test_set_online(void)
 	CU_ASSERT_FATAL(exists("cut-worker-behind/sched.nodev.wal"));
 	snprintf(cmd, sizeof cmd, "MOEFT_TEST_LIB='%s' '%s' restore --wal %s/cut-worker-behind "
 		 "--preload '%s' -- sh -c \"'%s' --child set-resume-sched & '%s' --child "
-		 "set-resume-worker; w=\\$?; wait \\$!; exit \\$((\\$? * 8 + w))\"",
+		 "set-resume-worker; w=\\$?; wait \\$!; s=\\$?; [ \\$s = 0 ] && [ \\$w = 0 ]\"",
 		 getenv("MOEFT_TEST_LIB"), getenv("MOEFT_TEST_CLI"), dir, getenv("MOEFT_TEST_LIB"),
 		 self, self);
 	CU_ASSERT_EQUAL(shell(cmd), 0);
+	/* A directory without the set file is no server's restore: stopped. */
+	snprintf(cmd, sizeof cmd, "MOEFT_TEST_LIB='%s' MOEFT_RESTORE=%s/cut-worker-behind "
+		 "MOEFT_WAL=%s/cut-worker-behind/ LD_PRELOAD='%s' '%s' --child set-resume-worker",
+		 getenv("MOEFT_TEST_LIB"), dir, dir, getenv("MOEFT_TEST_LIB"), self);
+	CU_ASSERT_EQUAL(shell(cmd), 3);
+	snprintf(cmd, sizeof cmd, "grep -q 'cut-worker-behind/set: No such file or directory (a "
+		 "directory is a server.s restore only with the set file' %s/err", dir);
+	CU_ASSERT_EQUAL(system(cmd), 0);
 }
 
 static void test_requests_off(void)

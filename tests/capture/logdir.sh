@@ -112,7 +112,7 @@ got=$("$moeft" restore --wal "$dir/logs" --preload "$lib" -- "$serve" --steps=40
 [ "$got" = "$want" ] &&
 	grep -q "^moeft restore: 2 logs restored into $dir/logs.restore; each process of $serve takes the state of its own log" \
 		"$dir/r.err" &&
-	grep -q "^moeft: restore: $dir/logs.restore holds no state of this process's log $dir/logs/serve.$dev.wal: it starts fresh" \
+	grep -q "^moeft: restore: the set $dir/logs.restore holds no state of this process's log $dir/logs/serve.$dev.wal: it starts fresh" \
 		"$dir/r.err" || fail "restore of 2 logs online: $got $(cat "$dir/r.err")"
 mkdir -m 0700 "$dir/one"
 cp "$dir/alpha" "$dir/one/alpha"

@@ -1,6 +1,6 @@
 /*
  * fuzz_plan.c - libFuzzer target: parse any text as a restore plan
- * (preload/plan.h).
+ * (preload/plan.h), and as a server's restore set file.
  *
  * The input is the plan file's bytes up to its first NUL, as
  * restore_plan_load hands them over (it refuses a file holding one).
@@ -28,6 +28,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	memcpy(text, data, size);
 	text[size] = '\0';
+	/* The set file of a server's restore (plan.h), the same text. */
+	if (restore_set_lists(text, "a.dev") == 1 && restore_set_lists(text, "") < 0)
+		abort();
 	if (restore_plan_parse(text, &p, err, sizeof err) < 0) {
 		if (strncmp(err, "line ", 5) != 0 || p.pools || p.npools)
 			abort();

@@ -227,12 +227,30 @@ static void test_write_refused(void)
 	restore_plan_free(&p);
 }
 
+/* A server's restore set file: its names, and every way not to be one. */
+static void test_set_file(void)
+{
+	static const char good[] = "moeft-restore-set 1\nsched.nodev\nworker.0000_3b_00_0\n";
+
+	CU_ASSERT_EQUAL(restore_set_lists(good, "sched.nodev"), 1);
+	CU_ASSERT_EQUAL(restore_set_lists(good, "worker.0000_3b_00_0"), 1);
+	CU_ASSERT_EQUAL(restore_set_lists(good, "sched"), 0);
+	CU_ASSERT_EQUAL(restore_set_lists(good, ""), 0);
+	CU_ASSERT_EQUAL(restore_set_lists("moeft-restore-set 1\n", "a"), 0);
+	CU_ASSERT_EQUAL(restore_set_lists("moeft-restore-set 2\na\n", "a"), -1);
+	CU_ASSERT_EQUAL(restore_set_lists("moeft-restore-set 1\na\nb", "a"), -1);
+	CU_ASSERT_EQUAL(restore_set_lists("moeft-restore-set 1\na\n\n", "a"), -1);
+	CU_ASSERT_EQUAL(restore_set_lists("moeft-restore-set 1\na/b\n", "a/b"), -1);
+	CU_ASSERT_EQUAL(restore_set_lists("moeft-restore-set 1\na b\n", "a"), -1);
+}
+
 int main(void)
 {
 	CU_TestInfo tests[] = {
 		{ "parse", test_parse },
 		{ "errors name their line", test_errors },
 		{ "round trip, exact text", test_round_trip },
+		{ "a server's set file", test_set_file },
 		{ "every field at its widest", test_widest },
 		{ "the writer refuses what the parser would", test_write_refused },
 		CU_TEST_INFO_NULL,
