@@ -230,12 +230,12 @@ static void test_write_refused(void)
 /* A server's restore set file: its names, and every way not to be one. */
 static void test_set_file(void)
 {
-	static const char good[] = "moeft-restore-set 1\nsched.nodev\nworker.0000_3b_00_0\n";
+	static const char set[] = "moeft-restore-set 1\nsched.nodev\nworker.0000_3b_00_0\n";
 
-	CU_ASSERT_EQUAL(restore_set_lists(good, "sched.nodev"), 1);
-	CU_ASSERT_EQUAL(restore_set_lists(good, "worker.0000_3b_00_0"), 1);
-	CU_ASSERT_EQUAL(restore_set_lists(good, "sched"), 0);
-	CU_ASSERT_EQUAL(restore_set_lists(good, ""), 0);
+	CU_ASSERT_EQUAL(restore_set_lists(set, "sched.nodev"), 1);
+	CU_ASSERT_EQUAL(restore_set_lists(set, "worker.0000_3b_00_0"), 1);
+	CU_ASSERT_EQUAL(restore_set_lists(set, "sched"), 0);
+	CU_ASSERT_EQUAL(restore_set_lists(set, ""), 0);
 	CU_ASSERT_EQUAL(restore_set_lists("moeft-restore-set 1\n", "a"), 0);
 	CU_ASSERT_EQUAL(restore_set_lists("moeft-restore-set 2\na\n", "a"), -1);
 	CU_ASSERT_EQUAL(restore_set_lists("moeft-restore-set 1\na\nb", "a"), -1);
