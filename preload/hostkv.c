@@ -49,22 +49,6 @@ static struct {
 	int reclaimed;
 } hk = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-static int errno_of(int wal_status)
-{
-	switch (wal_status) {
-	case WAL_EINVAL:
-		return -EINVAL;
-	case WAL_E2BIG:
-		return -E2BIG;
-	case WAL_EFULL:
-		return -ENOSPC;
-	case WAL_ENOMEM:
-		return -ENOMEM;
-	default:
-		return -EIO;
-	}
-}
-
 static int name_ok(const char *name, size_t *len)
 {
 	size_t i;
@@ -126,7 +110,7 @@ int hostkv_pool(const char *name, void *base, size_t bytes, size_t chunk_bytes)
 				      name, bytes, wal_strerror(r));
 		msg_log(WAL_LOG_WARN, "the adapter's KV pool %s of %zu bytes is not tracked: %s",
 			name, bytes, wal_strerror(r));
-		return errno_of(r);
+		return wal_errno(r);
 	}
 	/* Claimed once the pool is the store's: nothing after can fail. */
 	restored = resume_active() ? resume_host_pool(&a) : -1;
@@ -289,7 +273,7 @@ int hostkv_commit(uint64_t first_step, uint32_t steps, const struct moeft_kv_ran
 		msg_log(WAL_LOG_WARN, "the adapter's KV of steps %llu-%llu was not committed: %s",
 			(unsigned long long)first_step,
 			(unsigned long long)(first_step + steps - 1), wal_strerror((int)r));
-		return errno_of((int)r);
+		return wal_errno((int)r);
 	}
 	return 0;
 }

@@ -109,20 +109,6 @@ static uint8_t *encode_all(const struct moeft_request *reqs, size_t n, uint64_t 
 	return buf;
 }
 
-static int errno_of(int wal_status)
-{
-	switch (wal_status) {
-	case WAL_E2BIG:
-		return -E2BIG;
-	case WAL_EFULL:
-		return -ENOSPC;
-	case WAL_ENOMEM:
-		return -ENOMEM;
-	default:
-		return -EIO;
-	}
-}
-
 int requests_commit(uint64_t first_step, uint32_t steps, const struct moeft_request *reqs,
 		    size_t n)
 {
@@ -160,7 +146,7 @@ int requests_commit(uint64_t first_step, uint32_t steps, const struct moeft_requ
 		msg_log(WAL_LOG_WARN, "the engine's requests of steps %llu-%llu were not "
 			"committed: %s", (unsigned long long)first_step,
 			(unsigned long long)(first_step + steps - 1), wal_strerror((int)r));
-		return errno_of((int)r);
+		return wal_errno((int)r);
 	}
 	return 0;
 }

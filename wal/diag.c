@@ -1,6 +1,7 @@
 /*
  * diag.c - status strings, error messages and the log hook.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -60,6 +61,24 @@ void wal_logf(int level, const char *fmt, ...)
 		log_fn(level, line);
 	else
 		fprintf(stderr, "moeft: %s\n", line);
+}
+
+int wal_errno(int status)
+{
+	switch (status) {
+	case WAL_EINVAL:
+		return -EINVAL;
+	case WAL_E2BIG:
+		return -E2BIG;
+	case WAL_EFULL:
+		return -ENOSPC;
+	case WAL_ENOMEM:
+		return -ENOMEM;
+	case WAL_EBUSY:
+		return -EBUSY;
+	default:
+		return -EIO;
+	}
 }
 
 const char *wal_rec_type_name(unsigned type)

@@ -39,6 +39,9 @@ enum wal_status {
 };
 
 const char *wal_strerror(int status);
+/* The negative errno a public API says for a status: -EINVAL, -E2BIG,
+ * -ENOSPC (WAL_EFULL), -ENOMEM, -EBUSY, else -EIO. */
+int wal_errno(int status);
 
 /* A detailed message for open/recovery failures. */
 struct wal_error {
