@@ -35,24 +35,32 @@ static int ids_repeat(struct rec_request *reqs, size_t n)
 	return 0;
 }
 
+int reqindex_indexable(const uint8_t *const payloads[], const uint32_t lens[], size_t n)
+{
+	struct rec_request *check;
+	size_t i;
+	int ok = n <= REQINDEX_MAX_REQUESTS;
+
+	if (!ok)
+		return 0;
+	if (!(check = malloc((n ? n : 1) * sizeof *check)))
+		return -1;
+	for (i = 0; i < n && ok; i++)
+		ok = rec_request_decode(payloads[i], lens[i], &check[i]) == 0;
+	ok = ok && !ids_repeat(check, n);
+	free(check);
+	return ok;
+}
+
 size_t reqindex_format(uint8_t *out, size_t cap, const struct reqindex *x,
 		       const uint8_t *const payloads[], const uint32_t lens[], size_t n)
 {
-	struct rec_request *check;
 	size_t need = REQINDEX_HDR_SIZE + 4, at, i;
-	int bad = 0;
 
-	if (n > REQINDEX_MAX_REQUESTS || x->first_step > x->last_step ||
-	    !(check = malloc((n ? n : 1) * sizeof *check)))
+	if (x->first_step > x->last_step || reqindex_indexable(payloads, lens, n) != 1)
 		return 0;
-	for (i = 0; i < n && !bad; i++) {
-		bad = rec_request_decode(payloads[i], lens[i], &check[i]) < 0;
+	for (i = 0; i < n; i++)
 		need += 4 + padded(lens[i]);
-	}
-	bad = bad || ids_repeat(check, n);
-	free(check);
-	if (bad)
-		return 0;
 	if (!out)
 		return need;
 	if (cap < need)

@@ -40,6 +40,10 @@ struct reqindex {
 	struct rec_request *reqs;       /* n, pointing into the parsed bytes */
 };
 
+/* Whether n REQUEST payloads can be indexed: each decodes, no two share
+ * an id, at most REQINDEX_MAX_REQUESTS.  1, 0, or -1 out of memory. */
+int reqindex_indexable(const uint8_t *const payloads[], const uint32_t lens[], size_t n);
+
 /*
  * The file of x's header and the n REQUEST payloads (payloads[i], lens[i]
  * bytes each; x's reqs are not read) into out: its length, or 0 when a

@@ -9,7 +9,6 @@
  */
 #include <errno.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "allocs.h"
 #include "msg.h"
@@ -45,41 +44,12 @@ static int to_record(const struct moeft_request *m, uint64_t step, struct rec_re
 	return 0;
 }
 
-static int by_id(const void *x, const void *y)
-{
-	const struct moeft_request *a = *(const struct moeft_request *const *)x,
-				   *b = *(const struct moeft_request *const *)y;
-	int d = memcmp(a->id, b->id, a->id_len < b->id_len ? a->id_len : b->id_len);
-
-	return d ? d : (a->id_len > b->id_len) - (a->id_len < b->id_len);
-}
-
-/* Whether two of reqs[n] (ids checked) share an id: 1, 0, or -1 out of
- * memory.  A restore could not index them. */
-static int ids_repeat(const struct moeft_request *reqs, size_t n)
-{
-	const struct moeft_request **v;
-	size_t i;
-	int twice = 0;
-
-	if (n < 2)
-		return 0;
-	if (!(v = malloc(n * sizeof *v)))
-		return -1;
-	for (i = 0; i < n; i++)
-		v[i] = &reqs[i];
-	qsort(v, n, sizeof *v, by_id);
-	for (i = 1; i < n && !twice; i++)
-		twice = !by_id(&v[i - 1], &v[i]);
-	free(v);
-	return twice;
-}
-
 /* The n requests encoded one after the other into a new buffer, each
  * length in lens[]: the buffer, or NULL with *err -EINVAL or -ENOMEM. */
 static uint8_t *encode_all(const struct moeft_request *reqs, size_t n, uint64_t step,
 			   uint32_t *lens, int *err)
 {
+	const uint8_t **at_of;
 	struct rec_request r;
 	size_t i, total = 0, at = 0, len;
 	uint8_t *buf;
@@ -92,21 +62,27 @@ static uint8_t *encode_all(const struct moeft_request *reqs, size_t n, uint64_t 
 		lens[i] = (uint32_t)len;
 		total += len;
 	}
-	switch (ids_repeat(reqs, n)) {
-	case 1:
-		return NULL;	/* -EINVAL */
-	case -1:
-		*err = -ENOMEM;
+	*err = -ENOMEM;
+	if (!(buf = malloc(total ? total : 1)) || !(at_of = malloc((n ? n : 1) * sizeof *at_of))) {
+		free(buf);
 		return NULL;
 	}
-	*err = -ENOMEM;
-	if (!(buf = malloc(total ? total : 1)))
-		return NULL;
 	for (i = 0; i < n; i++) {
 		to_record(&reqs[i], step, &r);
+		at_of[i] = buf + at;
 		at += rec_request_encode(buf + at, total - at, &r, reqs[i].tokens, reqs[i].blocks);
 	}
-	return buf;
+	/* What a restore could not index (two of one id) is refused now. */
+	switch (reqindex_indexable(at_of, lens, n)) {
+	case 1:
+		free(at_of);
+		return buf;
+	case 0:
+		*err = -EINVAL;
+	}
+	free(at_of);
+	free(buf);
+	return NULL;
 }
 
 int requests_commit(uint64_t first_step, uint32_t steps, const struct moeft_request *reqs,
