@@ -44,40 +44,60 @@ static int open_image(const char *dir, struct restore_pool *q, char *err, size_t
 	return 0;
 }
 
-/* The text of the plan at path, read to its end (a plan has no count of
- * its pools: a short read would drop some), NUL-terminated, in a new
- * buffer: NULL with err set when it cannot be read, or is too long or
- * binary. */
-static char *read_plan(const char *path, char *err, size_t errlen)
+char *restore_read_file(const char *path, size_t max, size_t *len, char *err, size_t errlen)
 {
-	size_t n = 0;
-	ssize_t r = 1;
-	char *text;
-	int fd, e = 0;
+	struct stat st;
+	size_t got = 0;
+	ssize_t n = 1;
+	char *buf;
+	int fd, e;
 
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
+		e = errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(e));
+		errno = e;
 		return NULL;
 	}
-	if (!(text = malloc(RESTORE_PLAN_MAX + 1)))
-		e = ENOMEM;
-	while (text && n <= RESTORE_PLAN_MAX &&
-	       (r = read(fd, text + n, RESTORE_PLAN_MAX + 1 - n)) != 0) {
-		if (r > 0)
-			n += (size_t)r;
-		else if (errno != EINTR)
-			break;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
+		close(fd);
+		snprintf(err, errlen, "%s: not a regular file of at most %zu bytes", path, max);
+		errno = EINVAL;
+		return NULL;
 	}
-	if (text && r < 0)
-		e = errno;
+	if (!(buf = malloc((size_t)st.st_size + 1))) {
+		close(fd);
+		snprintf(err, errlen, "%s: out of memory", path);
+		errno = ENOMEM;
+		return NULL;
+	}
+	/* To its end: a short read would drop some of it. */
+	while (got < (size_t)st.st_size &&
+	       ((n = read(fd, buf + got, (size_t)st.st_size - got)) > 0 || (n < 0 && errno == EINTR)))
+		got += n > 0 ? (size_t)n : 0;
 	close(fd);
-	if (e || n > RESTORE_PLAN_MAX || memchr(text, '\0', n)) {
-		snprintf(err, errlen, "%s: %s", path,
-			 e ? strerror(e) : "not a plan (too long, or binary)");
+	if (got != (size_t)st.st_size) {
+		free(buf);
+		snprintf(err, errlen, "%s: cannot be read whole", path);
+		errno = EIO;
+		return NULL;
+	}
+	buf[got] = '\0';
+	*len = got;
+	return buf;
+}
+
+/* The plan's text at path, NUL-terminated: NULL with err set when it
+ * cannot be read, or is too long or binary. */
+static char *read_plan(const char *path, char *err, size_t errlen)
+{
+	size_t n;
+	char *text = restore_read_file(path, RESTORE_PLAN_MAX, &n, err, errlen);
+
+	if (text && memchr(text, '\0', n)) {
+		snprintf(err, errlen, "%s: not a plan (binary)", path);
 		free(text);
 		return NULL;
 	}
-	text[n] = '\0';
 	return text;
 }
 

@@ -76,31 +76,18 @@ void resume_refuse(const char *fmt, ...)
 
 static void load_index(const char *plan)
 {
-	char path[PATH_MAX + 16], err[200];
-	struct stat st;
-	ssize_t n;
-	size_t got = 0;
-	int fd;
+	char path[PATH_MAX + 16], err[PATH_MAX + 200];
+	size_t len;
 
 	snprintf(path, sizeof path, "%.*s/%s", (int)(strrchr(plan, '/') - plan), plan,
 		 REQINDEX_NAME);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
+	if (!(rm.index_bytes = (uint8_t *)restore_read_file(path, REQINDEX_FILE_MAX, &len, err,
+							      sizeof err))) {
 		if (errno == ENOENT)
 			return;
-		resume_refuse("%s: %s", path, strerror(errno));
+		resume_refuse("%s", err);
 	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > REQINDEX_FILE_MAX)
-		resume_refuse("%s: not a request index (a regular file of at most 1 GiB)", path);
-	if (!(rm.index_bytes = malloc(st.st_size ? (size_t)st.st_size : 1)))
-		resume_refuse("%s: out of memory", path);
-	while (got < (size_t)st.st_size &&
-	       ((n = read(fd, rm.index_bytes + got, (size_t)st.st_size - got)) > 0 ||
-		(n < 0 && errno == EINTR)))
-		got += n > 0 ? (size_t)n : 0;
-	close(fd);
-	if (got != (size_t)st.st_size)
-		resume_refuse("%s: cannot be read whole", path);
-	if (reqindex_parse(rm.index_bytes, got, &rm.index, err, sizeof err) < 0)
+	if (reqindex_parse(rm.index_bytes, len, &rm.index, err, sizeof err) < 0)
 		resume_refuse("%s: %s", path, err);
 	if (rm.index.log_id != rm.plan.log_id || rm.index.window != rm.plan.window ||
 	    rm.index.last_step != rm.plan.last_step)
@@ -113,25 +100,14 @@ static void load_index(const char *plan)
  * (plan.h), read whole at load: any other directory stops the process. */
 static void read_set(void)
 {
-	char path[PATH_MAX + 8];
-	ssize_t n;
-	size_t got = 0;
-	int fd;
+	char path[PATH_MAX + 8], err[PATH_MAX + 200];
+	size_t len;
 
 	snprintf(path, sizeof path, "%s/%s", rm.set_root, RESTORE_SET_NAME);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
-		resume_refuse("MOEFT_RESTORE: %s: %s (a directory is a server's restore only "
-			      "with the set file moeft restore writes)", path, strerror(errno));
-	if (!(rm.set = malloc(RESTORE_SET_MAX + 1)))
-		resume_refuse("MOEFT_RESTORE: %s: out of memory", path);
-	while (got <= RESTORE_SET_MAX &&
-	       ((n = read(fd, rm.set + got, RESTORE_SET_MAX + 1 - got)) > 0 ||
-		(n < 0 && errno == EINTR)))
-		got += n > 0 ? (size_t)n : 0;
-	close(fd);
-	rm.set[got] = '\0';
-	if (got > RESTORE_SET_MAX || memchr(rm.set, '\0', got) ||
-	    restore_set_lists(rm.set, "") < 0)
+	if (!(rm.set = restore_read_file(path, RESTORE_SET_MAX, &len, err, sizeof err)))
+		resume_refuse("MOEFT_RESTORE: %s (a directory is a server's restore only with the "
+			      "set file moeft restore writes)", err);
+	if (memchr(rm.set, '\0', len) || restore_set_lists(rm.set, "") < 0)
 		resume_refuse("MOEFT_RESTORE: %s: not a set file", path);
 }
 
