@@ -25,7 +25,8 @@ static int to_record(const struct moeft_request *m, uint64_t step, struct rec_re
 	unsigned g;
 
 	if (!m->id || m->id_len > REQUEST_MAX_ID || m->ntokens > REQUEST_MAX_TOKENS ||
-	    !m->tokens || m->ngroups > REQUEST_MAX_GROUPS || !m->blocks || !m->nblocks)
+	    !m->tokens || m->ngroups > REQUEST_MAX_GROUPS || !m->blocks || !m->nblocks ||
+	    m->params_len > REQUEST_MAX_PARAMS || (m->params_len && !m->params))
 		return -1;
 	*r = (struct rec_request){ .step = step, .ntokens = (uint32_t)m->ntokens,
 				   .nprompt = m->nprompt > m->ntokens ? UINT32_MAX
@@ -35,7 +36,9 @@ static int to_record(const struct moeft_request *m, uint64_t step, struct rec_re
 				   .block_tokens = m->block_tokens, .id_len = (uint8_t)m->id_len,
 				   .ngroups = (uint8_t)m->ngroups,
 				   .flags = m->finished ? REQUEST_FINISHED : 0,
-				   .id = (const uint8_t *)m->id };
+				   .id = (const uint8_t *)m->id,
+				   .params_len = (uint32_t)m->params_len,
+				   .params = (const uint8_t *)m->params };
 	for (g = 0; g < m->ngroups; g++) {
 		if (m->nblocks[g] > REQUEST_MAX_TOKENS || (m->nblocks[g] && !m->blocks[g]))
 			return -1;

@@ -174,6 +174,15 @@ static size_t request_id_span(const struct rec_request *r)
 	return ((size_t)r->id_len + 3) & ~(size_t)3;
 }
 
+/* Whether len bytes at p are printable ASCII. */
+static int printable(const uint8_t *p, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (p[i] < 0x20 || p[i] > 0x7e)
+			return 0;
+	return 1;
+}
+
 /* The bounds of rec_request's fields, whoever says them. */
 static int request_ok(const struct rec_request *r)
 {
@@ -182,11 +191,10 @@ static int request_ok(const struct rec_request *r)
 	if (r->ntokens < 1 || r->ntokens > REQUEST_MAX_TOKENS || r->nprompt > r->ntokens ||
 	    r->ncomputed > r->ntokens || r->block_tokens < 1 ||
 	    r->block_tokens > REQUEST_MAX_BLOCK_TOKENS || r->id_len < 1 || r->ngroups < 1 ||
-	    r->ngroups > REQUEST_MAX_GROUPS || (r->flags & ~REQUEST_FINISHED))
+	    r->ngroups > REQUEST_MAX_GROUPS || (r->flags & ~REQUEST_FINISHED) ||
+	    r->params_len > REQUEST_MAX_PARAMS || !printable(r->id, r->id_len) ||
+	    (r->params_len && !printable(r->params, r->params_len)))
 		return 0;
-	for (g = 0; g < r->id_len; g++)
-		if (r->id[g] < 0x20 || r->id[g] > 0x7e)
-			return 0;
 	for (g = 0; g < r->ngroups; g++)
 		if (r->nblocks[g] > REQUEST_MAX_TOKENS ||
 		    (uint64_t)r->nblocks[g] * r->block_tokens < r->ncomputed)
@@ -201,7 +209,8 @@ size_t rec_request_size(const struct rec_request *r)
 
 	if (!request_ok(r))
 		return 0;
-	n = REQUEST_HDR_SIZE + request_id_span(r) + 4u * r->ngroups + 4u * (uint64_t)r->ntokens;
+	n = REQUEST_HDR_SIZE + request_id_span(r) + 4u * r->ngroups + 4u * (uint64_t)r->ntokens +
+	    r->params_len;
 	for (g = 0; g < r->ngroups; g++)
 		n += 4u * (uint64_t)r->nblocks[g];
 	return (size_t)n;
@@ -224,6 +233,7 @@ size_t rec_request_encode(uint8_t *out, size_t cap, const struct rec_request *r,
 	out[24] = r->id_len;
 	out[25] = r->ngroups;
 	out[26] = r->flags;
+	put32(out + 28, r->params_len);
 	memcpy(out + REQUEST_HDR_SIZE, r->id, r->id_len);
 	at = REQUEST_HDR_SIZE + request_id_span(r);
 	for (g = 0; g < r->ngroups; g++, at += 4)
@@ -233,6 +243,8 @@ size_t rec_request_encode(uint8_t *out, size_t cap, const struct rec_request *r,
 	for (g = 0; g < r->ngroups; g++)
 		for (i = 0; i < r->nblocks[g]; i++, at += 4)
 			put32(out + at, blocks[g][i]);
+	if (r->params_len)
+		memcpy(out + at, r->params, r->params_len);
 	return n;
 }
 
@@ -252,7 +264,8 @@ int rec_request_decode(const uint8_t *p, size_t len, struct rec_request *r)
 	r->id_len = p[24];
 	r->ngroups = p[25];
 	r->flags = p[26];
-	if (p[27] || get32(p + 28) || r->ngroups > REQUEST_MAX_GROUPS)
+	r->params_len = get32(p + 28);
+	if (p[27] || r->ngroups > REQUEST_MAX_GROUPS || r->params_len > REQUEST_MAX_PARAMS)
 		return -1;
 	at = REQUEST_HDR_SIZE + request_id_span(r);
 	if (len < at + 4u * r->ngroups)
@@ -263,6 +276,9 @@ int rec_request_decode(const uint8_t *p, size_t len, struct rec_request *r)
 	r->id = p + REQUEST_HDR_SIZE;
 	for (g = 0; g < r->ngroups; g++, at += 4)
 		r->nblocks[g] = get32(p + at);
+	if (len - at < r->params_len)
+		return -1;
+	r->params = p + len - r->params_len;	/* its bytes: rec_request_size */
 	if (rec_request_size(r) != len)
 		return -1;
 	r->tokens = p + at;

@@ -117,12 +117,15 @@ struct rec_crash {
  * block ids in order, per KV cache group (a model with one kind of
  * attention has one group).  Every count is bounded so that a record fits
  * in a ring (REQUEST_MAX_*); each group's blocks hold the computed tokens.
+ * Last, what the engine needs to send it again (its sampling parameters),
+ * printable ASCII the log does not interpret.
  */
 #define REQUEST_HDR_SIZE 32u
 #define REQUEST_MAX_ID 255u
 #define REQUEST_MAX_GROUPS 8u
 #define REQUEST_MAX_TOKENS (1u << 22)
 #define REQUEST_MAX_BLOCK_TOKENS (1u << 16)
+#define REQUEST_MAX_PARAMS 4096u
 #define REQUEST_FINISHED 1u     /* flags: the engine finished it at step */
 
 struct rec_request {
@@ -138,6 +141,8 @@ struct rec_request {
 	uint32_t nblocks[REQUEST_MAX_GROUPS];
 	const uint8_t *tokens;   /* ntokens little-endian u32 (rec_request_token) */
 	const uint8_t *blocks[REQUEST_MAX_GROUPS]; /* nblocks[g] u32 each */
+	uint32_t params_len;     /* 0 to REQUEST_MAX_PARAMS */
+	const uint8_t *params;   /* params_len bytes of printable ASCII */
 };
 
 /* Caller bytes of a WINDOW record: the decode steps the window covers.

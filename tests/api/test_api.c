@@ -119,11 +119,14 @@ static const uint32_t a_tokens[6] = { 101, 102, 103, 104, 105, 106 }, a_blocks[3
 static const uint32_t *const a_groups[1] = { a_blocks }, b_tokens[1] = { 55 };
 static const size_t two_blocks[1] = { 2 }, three_blocks[1] = { 3 }, no_blocks[1] = { 0 };
 
+#define A_PARAMS "{\"max_tokens\":9}"
+
 static struct moeft_request req_a(void)
 {
 	return (struct moeft_request){ .id = "cmpl-a", .id_len = 6, .tokens = a_tokens,
 		.ntokens = 5, .nprompt = 3, .ncomputed = 4, .block_tokens = 2, .ngroups = 1,
-		.blocks = a_groups, .nblocks = two_blocks };
+		.blocks = a_groups, .nblocks = two_blocks, .params = A_PARAMS,
+		.params_len = sizeof A_PARAMS - 1 };
 }
 
 /* Preloaded with MOEFT_WINDOW=4: bad calls refused, then two windows,
@@ -152,6 +155,12 @@ static int requests(void)
 	bad = req_a(), bad.ngroups = 9;
 	fails += a.commit_requests(0, 4, &bad, 1) != -EINVAL;
 	bad = req_a(), bad.ntokens = (size_t)1 << 23;
+	fails += a.commit_requests(0, 4, &bad, 1) != -EINVAL;
+	bad = req_a(), bad.params = "{\"stop\":\"\n\"}";             /* not printable */
+	fails += a.commit_requests(0, 4, &bad, 1) != -EINVAL;
+	bad = req_a(), bad.params_len = 4097;
+	fails += a.commit_requests(0, 4, &bad, 1) != -EINVAL;
+	bad = req_a(), bad.params = NULL;
 	fails += a.commit_requests(0, 4, &bad, 1) != -EINVAL;
 	fails += a.commit_requests(0, 4, (struct moeft_request[]){ r[0], r[1], r[0] }, 3) !=
 		 -EINVAL;                                               /* two of one id */
@@ -558,6 +567,8 @@ static void check_request(const struct wal_record *rec, const char *id, uint64_t
 		CU_ASSERT_EQUAL(rec_request_token(&q, i), id[0] == 'b' ? b_tokens[i] : a_tokens[i]);
 	for (i = 0; i < nblocks; i++)
 		CU_ASSERT_EQUAL(rec_request_block(&q, 0, i), a_blocks[i]);
+	CU_ASSERT(id[0] == 'b' ? q.params_len == 0 : q.params_len == strlen(A_PARAMS) &&
+		  !memcmp(q.params, A_PARAMS, q.params_len));
 }
 
 static void test_requests(void)

@@ -474,17 +474,20 @@ static void test_window_steps(void)
 /* ---- REQUEST --------------------------------------------------------- */
 
 /* A request of 6 tokens (4 of prompt, 5 computed), blocks of 2 tokens, id
- * "req-7" (5 bytes: 3 bytes of padding), two groups of 3 and 4 blocks. */
+ * "req-7" (5 bytes: 3 bytes of padding), two groups of 3 and 4 blocks,
+ * params {"n":1} (7 bytes). */
 static const uint32_t req_tokens[6] = { 11, 12, 13, 14, 0xfffffffeu, 16 };
 static const uint32_t req_g0[3] = { 7, 3, 0x80000001u }, req_g1[4] = { 1, 2, 3, 4 };
 static const uint32_t *const req_blocks[2] = { req_g0, req_g1 };
-#define REQ_LEN (REQUEST_HDR_SIZE + 8 + 2 * 4 + 6 * 4 + 7 * 4)
+#define REQ_PARAMS "{\"n\":1}"
+#define REQ_LEN (REQUEST_HDR_SIZE + 8 + 2 * 4 + 6 * 4 + 7 * 4 + 7)
 
 static struct rec_request req_in(void)
 {
 	return (struct rec_request){ .step = UINT64_C(0x0102030405060708), .ntokens = 6,
 		.nprompt = 4, .ncomputed = 5, .block_tokens = 2, .id_len = 5, .ngroups = 2,
-		.flags = REQUEST_FINISHED, .id = (const uint8_t *)"req-7", .nblocks = { 3, 4 } };
+		.flags = REQUEST_FINISHED, .id = (const uint8_t *)"req-7", .nblocks = { 3, 4 },
+		.params_len = 7, .params = (const uint8_t *)REQ_PARAMS };
 }
 
 static void test_request_round_trip(void)
@@ -514,6 +517,8 @@ static void test_request_round_trip(void)
 		CU_ASSERT_EQUAL(rec_request_block(&out, 0, i), req_g0[i]);
 	for (i = 0; i < 4; i++)
 		CU_ASSERT_EQUAL(rec_request_block(&out, 1, i), req_g1[i]);
+	CU_ASSERT_EQUAL_FATAL(out.params_len, 7);
+	CU_ASSERT_EQUAL(memcmp(out.params, REQ_PARAMS, 7), 0);
 	CU_ASSERT_EQUAL(accepted_lengths(dec_request, buf, REQ_LEN, &out), 1);
 	/* Too small a buffer: nothing. */
 	CU_ASSERT_EQUAL(rec_request_encode(buf, REQ_LEN - 1, &in, req_tokens, req_blocks), 0);
@@ -534,7 +539,7 @@ static void test_request_layout(void)
 	CU_ASSERT_EQUAL(get32(buf + 16), 5);
 	CU_ASSERT_EQUAL(get32(buf + 20), 2);
 	CU_ASSERT(buf[24] == 5 && buf[25] == 2 && buf[26] == REQUEST_FINISHED && buf[27] == 0);
-	CU_ASSERT_EQUAL(get32(buf + 28), 0);
+	CU_ASSERT_EQUAL(get32(buf + 28), 7);
 	CU_ASSERT_EQUAL(memcmp(buf + at, "req-7\0\0\0", 8), 0);
 	at += 8;
 	CU_ASSERT(get32(buf + at) == 3 && get32(buf + at + 4) == 4);
@@ -543,6 +548,8 @@ static void test_request_layout(void)
 	at += 24;
 	CU_ASSERT(get32(buf + at) == 7 && get32(buf + at + 8) == 0x80000001u);
 	CU_ASSERT(get32(buf + at + 12) == 1 && get32(buf + at + 24) == 4);
+	at += 28;
+	CU_ASSERT(at + 7 == REQ_LEN && memcmp(buf + at, REQ_PARAMS, 7) == 0);
 }
 
 /* Each field out of its bounds, on the encoder's side and on the bytes. */
@@ -566,7 +573,9 @@ static void test_request_bounds(void)
 		{ "9 groups", 25, 1, 9 },
 		{ "unknown flag", 26, 1, 2 },
 		{ "reserved byte", 27, 1, 1 },
-		{ "reserved word", 28, 0, 1 },
+		{ "params past the record", 28, 0, 8 },
+		{ "params past their limit", 28, 0, REQUEST_MAX_PARAMS + 1 },
+		{ "a control byte in the params", REQ_LEN - 1, 1, '\t' },
 		{ "id padding", REQUEST_HDR_SIZE + 5, 1, 1 },
 		{ "a control byte in the id", REQUEST_HDR_SIZE + 1, 1, '\n' },
 		{ "a byte past ASCII in the id", REQUEST_HDR_SIZE + 4, 1, 0x80 },
@@ -597,6 +606,12 @@ static void test_request_bounds(void)
 	in = req_in();
 	in.flags = 4;
 	CU_ASSERT_EQUAL(rec_request_size(&in), 0);
+	in = req_in();
+	in.params = (const uint8_t *)"{\"n\":\x7f}";
+	CU_ASSERT_EQUAL(rec_request_size(&in), 0);
+	in = req_in();
+	in.params_len = REQUEST_MAX_PARAMS + 1;
+	CU_ASSERT_EQUAL(rec_request_size(&in), 0);
 }
 
 /* Counts at their largest do not wrap the length: the decoder compares in
@@ -613,7 +628,7 @@ static void test_request_overflow(void)
 	for (g = 0; g < REQUEST_MAX_GROUPS; g++)
 		in.nblocks[g] = REQUEST_MAX_TOKENS;
 	CU_ASSERT_EQUAL(rec_request_size(&in), REQUEST_HDR_SIZE + 8 + 4 * 8 +
-			4 * (uint64_t)REQUEST_MAX_TOKENS * 9);
+			4 * (uint64_t)REQUEST_MAX_TOKENS * 9 + 7);
 	/* A header that claims that much, on a small buffer. */
 	CU_ASSERT_EQUAL_FATAL(rec_request_encode(buf, sizeof buf, &in, req_tokens, req_blocks), 0);
 	in = req_in();
