@@ -29,7 +29,7 @@ extern "C" {
 
 /* This header's version; moeft_api_version() returns the library's.  An
  * adapter built against version N needs a library of version N or newer. */
-#define MOEFT_API_VERSION 2
+#define MOEFT_API_VERSION 3
 
 MOEFT_API int moeft_api_version(void);
 
@@ -75,6 +75,12 @@ struct moeft_request {
 					   hold the computed tokens */
 	int finished;                   /* the engine finished it at this
 					   window's last step */
+	const char *params;             /* params_len bytes (0 to 4096) of
+					   printable ASCII the engine needs to
+					   send the request again (its sampling
+					   parameters, as JSON for moeft
+					   resubmit); opaque to the log */
+	size_t params_len;
 };
 
 /*
@@ -119,8 +125,21 @@ MOEFT_API int moeft_kv_pool(const char *name, void *base, size_t bytes, size_t c
 
 /* In a restored process: length bytes at offset of pool's restored bytes
  * (as of the restored window) into dst.  0, or -ENODEV (the pool was not
- * restored), -EINVAL (no such handle, a range past the pool), -EIO. */
+ * restored), -EINVAL (no such handle, a range past the pool), -EBADMSG
+ * (the range holds a chunk the restore found damaged: never served),
+ * -EIO. */
 MOEFT_API int moeft_restored_read(int pool, size_t offset, void *dst, size_t length);
+
+/* In a restored process: 1 when every restored byte of the range is as
+ * it was committed, 0 when a chunk of it was lost (damaged in the store;
+ * moeft_restored_read refuses it), or a negative errno as
+ * moeft_restored_read's.  An engine offers only blocks that are whole. */
+MOEFT_API int moeft_restored_intact(int pool, size_t offset, size_t length);
+
+/* In a restored process: 0 with *step the last engine step of the
+ * window it restored (an adapter numbers its next steps after it), or
+ * -ENODEV when it restored none, -EINVAL when step is NULL. */
+MOEFT_API int moeft_restored_step(uint64_t *step);
 
 /* Bytes of a registered pool the engine wrote. */
 struct moeft_kv_range {

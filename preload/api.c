@@ -60,6 +60,23 @@ int moeft_restored_read(int pool, size_t offset, void *dst, size_t length)
 	return hostkv_restored_read(pool, offset, dst, length);
 }
 
+int moeft_restored_intact(int pool, size_t offset, size_t length)
+{
+	if (!moeft_instrumenting())
+		return -ENODEV;
+	return hostkv_restored_intact(pool, offset, length);
+}
+
+int moeft_restored_step(uint64_t *step)
+{
+	if (!step)
+		return -EINVAL;
+	if (!moeft_instrumenting() || !resume_active())
+		return -ENODEV;
+	*step = resume_last_step();
+	return 0;
+}
+
 long moeft_restored_prefix(const uint32_t *tokens, size_t n, unsigned group, uint32_t *blocks,
 			   size_t max, size_t *nblocks)
 {

@@ -123,7 +123,9 @@ int hostkv_pool(const char *name, void *base, size_t bytes, size_t chunk_bytes)
 	return handle;
 }
 
-int hostkv_restored_read(int pool, size_t offset, void *dst, size_t length)
+/* The plan's pool index of handle pool, restored: >= 0, or -EINVAL (no
+ * such handle) or -ENODEV (not restored). */
+static int restored_of(int pool)
 {
 	int restored;
 
@@ -132,9 +134,21 @@ int hostkv_restored_read(int pool, size_t offset, void *dst, size_t length)
 	pthread_mutex_unlock(&hk.lock);
 	if (restored == -2)
 		return -EINVAL;
-	if (restored < 0)
-		return -ENODEV;
-	return resume_host_read(restored, offset, dst, length);
+	return restored < 0 ? -ENODEV : restored;
+}
+
+int hostkv_restored_read(int pool, size_t offset, void *dst, size_t length)
+{
+	int restored = restored_of(pool);
+
+	return restored < 0 ? restored : resume_host_read(restored, offset, dst, length);
+}
+
+int hostkv_restored_intact(int pool, size_t offset, size_t length)
+{
+	int restored = restored_of(pool);
+
+	return restored < 0 ? restored : resume_host_intact(restored, offset, length);
 }
 
 /* A chunk a range touches: pool handle and index. */

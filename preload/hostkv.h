@@ -1,7 +1,7 @@
 /*
  * hostkv.h - KV pools in host memory that an engine adapter registers and
  * commits, and reads back after a restore: moeft_kv_pool, moeft_commit_kv
- * and moeft_restored_read of include/moeft.h (their contracts there).
+ * and moeft_restored_read and moeft_restored_intact of include/moeft.h (their contracts there).
  */
 #ifndef MOEFT_HOSTKV_H
 #define MOEFT_HOSTKV_H
@@ -16,5 +16,6 @@ int hostkv_pool(const char *name, void *base, size_t bytes, size_t chunk_bytes);
 int hostkv_commit(uint64_t first_step, uint32_t steps, const struct moeft_kv_range *ranges,
 		  size_t n);
 int hostkv_restored_read(int pool, size_t offset, void *dst, size_t length);
+int hostkv_restored_intact(int pool, size_t offset, size_t length);
 
 #endif

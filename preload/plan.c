@@ -145,6 +145,53 @@ static int pool_line(struct cursor *c, struct restore_plan *p, unsigned *cap)
 	return 0;
 }
 
+/* A lost chunk of the pool on the line above; *total counts them all. */
+static int lost_line(struct cursor *c, struct restore_plan *p, unsigned *total)
+{
+	struct restore_pool *q = p->npools ? &p->pools[p->npools - 1] : NULL;
+	uint64_t chunk, *grown;
+
+	if (word(c, "lost"))
+		return -1;
+	if (!q)
+		return fail(c, "a lost chunk before any pool");
+	if (*total == RESTORE_LOST_MAX)
+		return fail(c, "more than %u lost chunks", RESTORE_LOST_MAX);
+	if (number(c, (q->size - 1) / q->chunk_bytes, &chunk, 1))
+		return -1;
+	if (q->nlost && chunk <= q->lost[q->nlost - 1])
+		return fail(c, "lost chunks out of order");
+	/* Grown at each power of two. */
+	if (!(q->nlost & (q->nlost - 1))) {
+		if (!(grown = realloc(q->lost, (q->nlost ? 2 * (size_t)q->nlost : 1) * sizeof *grown)))
+			return fail(c, "out of memory");
+		q->lost = grown;
+	}
+	q->lost[q->nlost++] = chunk;
+	(*total)++;
+	return 0;
+}
+
+int restore_pool_lost(const struct restore_pool *q, uint64_t offset, uint64_t length)
+{
+	uint64_t first = offset / q->chunk_bytes, last;
+	size_t lo = 0, hi = q->nlost;
+
+	if (!length || !q->nlost)
+		return 0;
+	last = (offset + length - 1) / q->chunk_bytes;
+	/* The first lost chunk at or after first. */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (q->lost[mid] < first)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < q->nlost && q->lost[lo] <= last;
+}
+
 static int by_file(const void *x, const void *y)
 {
 	const struct restore_pool *a = *(const struct restore_pool *const *)x,
@@ -185,7 +232,7 @@ static long first_twice(const struct restore_plan *p)
 int restore_plan_parse(const char *text, struct restore_plan *p, char *err, size_t errlen)
 {
 	struct cursor c = { text, 1, err, errlen };
-	unsigned cap = 0;
+	unsigned cap = 0, lost = 0;
 	long twice;
 
 	memset(p, 0, sizeof *p);
@@ -202,18 +249,24 @@ int restore_plan_parse(const char *text, struct restore_plan *p, char *err, size
 	if (p->last_step < p->first_step)
 		return fail(&c, "the window ends before it begins");
 	for (c.line++; *c.p; c.line++)
-		if (pool_line(&c, p, &cap) < 0) {
+		if ((strncmp(c.p, "lost ", 5) ? pool_line(&c, p, &cap)
+					       : lost_line(&c, p, &lost)) < 0) {
 			restore_plan_free(p);
 			return -1;
 		}
-	if ((twice = first_twice(p)) != p->npools) {
-		const struct restore_pool *q = &p->pools[twice < 0 ? 0 : twice];
+	if ((twice = first_twice(p)) < 0) {
+		c.line--;
+		restore_plan_free(p);
+		return fail(&c, "out of memory");
+	}
+	if (twice != p->npools) {
+		const struct restore_pool *q = &p->pools[twice];
 
-		c.line = twice < 0 ? c.line - 1 : 4 + (unsigned)twice;
-		if (twice < 0)
-			fail(&c, "out of memory");
-		else
-			fail(&c, "pool %u or file %s given twice", q->no, q->file);
+		/* Its line: after the pools and lost chunks before it. */
+		c.line = 4 + (unsigned)twice;
+		for (long i = 0; i < twice; i++)
+			c.line += p->pools[i].nlost;
+		fail(&c, "pool %u or file %s given twice", q->no, q->file);
 		restore_plan_free(p);
 		return -1;
 	}
@@ -222,6 +275,8 @@ int restore_plan_parse(const char *text, struct restore_plan *p, char *err, size
 
 void restore_plan_free(struct restore_plan *p)
 {
+	for (unsigned i = 0; i < p->npools; i++)
+		free(p->pools[i].lost);
 	free(p->pools);
 	p->pools = NULL;
 	p->npools = 0;
@@ -260,6 +315,8 @@ int restore_plan_format(const struct restore_plan *p, char *buf, size_t len, cha
 		n = put(buf, len, n, "pool %" PRIu32 " %016" PRIx64 " %" PRIu64 " %" PRIu32 " %"
 			PRIu64 " %.*s\n", q->no, q->fingerprint, q->size, q->ordinal,
 			q->chunk_bytes, (int)sizeof q->file, q->file);
+		for (uint32_t k = 0; k < q->nlost; k++)
+			n = put(buf, len, n, "lost %" PRIu64 "\n", q->lost[k]);
 	}
 	if (n >= len) {
 		snprintf(err, errlen, "the plan takes %zu bytes and a NUL; the buffer holds %zu",

@@ -10,6 +10,7 @@
  *	log LOG_ID
  *	window ID FIRST_STEP LAST_STEP
  *	pool NO FINGERPRINT SIZE ORDINAL CHUNK_BYTES FILE
+ *	lost CHUNK
  *	...
  *
  * LOG_ID and FINGERPRINT: exactly 16 lowercase hex digits.  Every other
@@ -21,9 +22,14 @@
  * size; SIZE and CHUNK_BYTES are not 0.  FILE: the pool's image in the
  * plan's directory, 1 to RESTORE_NAME_MAX - 1 bytes of [A-Za-z0-9._-],
  * not "." or ".." (so never a path).  No two pools share NO or FILE.
- * Nothing else: no blank lines, no comments.  A whole plan is at most
- * RESTORE_PLAN_MAX bytes: its first lines and KVS_MAX_POOLS pool lines,
- * each at its widest.
+ * "lost" lines follow their pool's line: the chunks of it the restore
+ * found damaged (zeros in the image), each index below the pool's chunk
+ * count, increasing, at most RESTORE_LOST_MAX in a plan.  Only an
+ * adapter's host pool may have them: its engine serves none of their
+ * bytes (moeft_restored_intact), where a device pool's would be copied
+ * in as they are.  Nothing else: no blank lines, no comments.  A whole
+ * plan is at most RESTORE_PLAN_MAX bytes: its first lines, KVS_MAX_POOLS
+ * pool lines and RESTORE_LOST_MAX lost lines, each at its widest.
  */
 #ifndef MOEFT_PLAN_H
 #define MOEFT_PLAN_H
@@ -59,13 +65,18 @@ int restore_set_lists(const char *text, const char *name);
  * digits, 16 hex digits, 20, 10 and 20 digits, the longest FILE, six
  * spaces and the newline (4.7 MB). */
 #define RESTORE_POOL_LINE_MAX (4u + 5 + 16 + 20 + 10 + 20 + (RESTORE_NAME_MAX - 1) + 6 + 1)
-#define RESTORE_PLAN_MAX (112u + KVS_MAX_POOLS * RESTORE_POOL_LINE_MAX)
+#define RESTORE_LOST_MAX 65536u
+#define RESTORE_LOST_LINE_MAX (4u + 1 + 20 + 1)
+#define RESTORE_PLAN_MAX (112u + KVS_MAX_POOLS * RESTORE_POOL_LINE_MAX + \
+			  RESTORE_LOST_MAX * RESTORE_LOST_LINE_MAX)
 
 struct restore_pool {
 	uint32_t no;                  /* the KV store's pool number */
 	uint32_t ordinal;
 	uint64_t fingerprint, size, chunk_bytes;
 	char file[RESTORE_NAME_MAX];
+	uint64_t *lost;               /* nlost damaged chunks, increasing */
+	uint32_t nlost;
 	/* Restore mode's, not the file's: */
 	int fd;                       /* the image, opened by restore_plan_load;
 					 -1 until then */
@@ -90,7 +101,11 @@ struct restore_plan {
  * later one is named. */
 int restore_plan_parse(const char *text, struct restore_plan *p, char *err, size_t errlen);
 
-/* Free the pools of a plan restore_plan_parse filled in; p is left empty. */
+/* Whether pool q lost any chunk of its bytes [offset, offset + length). */
+int restore_pool_lost(const struct restore_pool *q, uint64_t offset, uint64_t length);
+
+/* Free the pools of a plan restore_plan_parse filled in (their lost
+ * chunks too); p is left empty. */
 void restore_plan_free(struct restore_plan *p);
 
 /*

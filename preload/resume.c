@@ -291,6 +291,11 @@ static void copy_in(void *stream)
 			      PRIx64 ", ordinal %u) has no allocation of the same identity here: "
 			      "another model or configuration", q->no, q->size, q->fingerprint,
 			      q->ordinal);
+	for (unsigned i = 0; i < rm.plan.npools; i++)
+		if (rm.plan.pools[i].nlost && !rm.plan.pools[i].host)
+			resume_refuse("pool %u of the crashed process lost %" PRIu32 " chunks, and a "
+				      "device pool is copied in whole: nothing would keep the engine "
+				      "from reading them", rm.plan.pools[i].no, rm.plan.pools[i].nlost);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	if (copyin_pools(&rm.plan, stream, &event, &st, err, sizeof err) < 0)
 		resume_refuse("copying the KV in failed: %s", err);
@@ -418,6 +423,19 @@ int resume_host_pool(const struct alloc_info *a)
 	return no;
 }
 
+int resume_host_intact(int pool, uint64_t offset, uint64_t length)
+{
+	const struct restore_pool *q;
+
+	if (pool < 0 || (unsigned)pool >= rm.plan.npools || !rm.plan.pools[pool].host ||
+	    getpid() != rm.pid)
+		return -ENODEV;
+	q = &rm.plan.pools[pool];
+	if (offset > q->size || length > q->size - offset)
+		return -EINVAL;
+	return !restore_pool_lost(q, offset, length);
+}
+
 int resume_host_read(int pool, uint64_t offset, void *dst, uint64_t length)
 {
 	const struct restore_pool *q;
@@ -430,6 +448,8 @@ int resume_host_read(int pool, uint64_t offset, void *dst, uint64_t length)
 	q = &rm.plan.pools[pool];
 	if (!dst || offset > q->size || length > q->size - offset)
 		return -EINVAL;
+	if (restore_pool_lost(q, offset, length))
+		return -EBADMSG;	/* damaged: never served */
 	while (done < length) {
 		n = pread(q->fd, (char *)dst + done, length - done, (off_t)(offset + done));
 		if (n < 0 && errno == EINTR)

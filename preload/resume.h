@@ -26,7 +26,9 @@
  * handed over then (an engine's connector resumes its requests).
  *
  * A plan without pools (a scheduler's process: the engine's requests
- * alone) is in at the start.  The engine's requests beside the plan
+ * alone) is in at the start.  Lost chunks (plan.h) are allowed in host
+ * pools only, whose bytes are read through resume_host_read, which
+ * refuses them; a device pool with any stops the process.  The engine's requests beside the plan
  * (reqindex.h) are read at load and answer moeft_restored_prefix.
  *
  * Whatever keeps the process from taking the plan (MOEFT_DISABLE, a bad
@@ -98,8 +100,12 @@ void resume_check_kv_pool(const struct alloc_info *a);
  * stops the process when there is none.  Returns the plan pool's index. */
 int resume_host_pool(const struct alloc_info *a);
 /* length bytes at offset of the restored image of plan pool `pool` (a
- * claimed host pool) into dst: 0, -ENODEV, -EINVAL or -EIO. */
+ * claimed host pool) into dst: 0, -ENODEV, -EINVAL, -EBADMSG (a lost
+ * chunk, never served) or -EIO. */
 int resume_host_read(int pool, uint64_t offset, void *dst, uint64_t length);
+/* 1 when no chunk of the range was lost, 0 when one was; -ENODEV or
+ * -EINVAL as resume_host_read. */
+int resume_host_intact(int pool, uint64_t offset, uint64_t length);
 
 /* moeft_restored_prefix of include/moeft.h (its contract there). */
 long resume_prefix(const uint32_t *tokens, size_t n, unsigned group, uint32_t *blocks,

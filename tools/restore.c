@@ -761,7 +761,9 @@ static int write_plan(struct restore *rs)
 							    .ordinal = d->ordinal,
 							    .fingerprint = d->fingerprint,
 							    .size = d->size,
-							    .chunk_bytes = d->chunk_bytes };
+							    .chunk_bytes = d->chunk_bytes,
+							    .lost = rs->img[i].lost,
+							    .nlost = (uint32_t)rs->img[i].nlost };
 			snprintf(p.pools[i].file, sizeof p.pools[i].file, "%s", rs->img[i].file);
 		}
 		n = restore_plan_format(&p, text, RESTORE_PLAN_MAX + 1, why, sizeof why);
@@ -829,6 +831,28 @@ static void remove_stale(struct restore *rs)
 
 /* ---- what went wrong ------------------------------------------------------ */
 
+/* Whether pool i is host memory an engine adapter registered. */
+static int adapter_pool(const struct restore *rs, unsigned i)
+{
+	const struct state_alloc *a = rs->s.pool[i].alloc;
+
+	return a && a->a.api == ALLOC_API_ADAPTER;
+}
+
+/* Whether the lost chunks, if any, are all an adapter's to leave out: its
+ * engine serves none (moeft_restored_intact), so they cost a recompute,
+ * where a device pool's would be copied in as zeros.  The plan lists at
+ * most RESTORE_LOST_MAX. */
+static int lost_servable(const struct restore *rs)
+{
+	if (rs->lost > RESTORE_LOST_MAX)
+		return 0;
+	for (unsigned i = 0; i < rs->s.npools; i++)
+		if (rs->img[i].nlost && !adapter_pool(rs, i))
+			return 0;
+	return 1;
+}
+
 /* The reasons for exit status 1, and a note on an incomplete history. */
 static void assess(struct restore *rs)
 {
@@ -836,8 +860,10 @@ static void assess(struct restore *rs)
 	uint64_t gaps = 0, last = s->cs.first_step + s->cs.steps - 1;
 
 	if (rs->lost)
-		problem(rs, "%" PRIu64 " KV chunk%s lost (zero-filled, listed per pool)", rs->lost,
-			rs->lost == 1 ? "" : "s");
+		problem(rs, "%" PRIu64 " KV chunk%s lost (zero-filled, listed per pool)%s", rs->lost,
+			rs->lost == 1 ? "" : "s", lost_servable(rs) ? "; the engine's adapter "
+			"serves none of them: the requests whose blocks they hold are recomputed "
+			"from there" : "");
 	if (s->cs.flags & WINDOW_KV_PARTIAL)
 		problem(rs, "window %" PRIu64 " is flagged KV-partial: some chunks that changed by "
 			"step %" PRIu64 " were left for a later window", s->c->id, last);
@@ -923,14 +949,15 @@ static int blank(const char *path)
 	return wal_medium_state_path(path, &err) == WAL_MEDIUM_BLANK;
 }
 
-/* Whether the restored window's KV is whole: nothing lost or left for
- * later, nothing damaged or undecodable in the log, the store there. */
+/* Whether the restored window's KV can be resumed from: nothing left for
+ * later, nothing damaged or undecodable in the log, the store there, and
+ * nothing lost but what an adapter leaves out. */
 static int kv_whole(const struct restore *rs)
 {
 	const struct state *s = &rs->s;
 
-	return !rs->lost && !(s->cs.flags & WINDOW_KV_PARTIAL) && !s->rec->damage_count &&
-	       !s->bad && (s->kv || !s->kvrefs) && !s->missing_pools;
+	return lost_servable(rs) && !(s->cs.flags & WINDOW_KV_PARTIAL) &&
+	       !s->rec->damage_count && !s->bad && (s->kv || !s->kvrefs) && !s->missing_pools;
 }
 
 static int run(struct restore *rs)

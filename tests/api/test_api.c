@@ -15,6 +15,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,8 @@ struct api {
 	int (*kv_pool)(const char *, void *, size_t, size_t);
 	int (*commit_kv)(uint64_t, uint32_t, const struct moeft_kv_range *, size_t);
 	int (*restored_read)(int, size_t, void *, size_t);
+	int (*restored_intact)(int, size_t, size_t);
+	int (*restored_step)(uint64_t *);
 };
 
 /* In a child: the library's functions, from the global scope when it was
@@ -52,7 +55,7 @@ static struct api open_api(void)
 	int preloaded = getenv("LD_PRELOAD") != NULL;
 	void *h = preloaded ? RTLD_DEFAULT : dlopen(getenv("MOEFT_TEST_LIB"), RTLD_NOW | RTLD_LOCAL);
 	struct api a;
-	void *p[9];
+	void *p[11];
 
 	if (!preloaded && !h)
 		_exit(90);
@@ -65,6 +68,8 @@ static struct api open_api(void)
 	p[6] = dlsym(h, "moeft_kv_pool");
 	p[7] = dlsym(h, "moeft_commit_kv");
 	p[8] = dlsym(h, "moeft_restored_read");
+	p[9] = dlsym(h, "moeft_restored_intact");
+	p[10] = dlsym(h, "moeft_restored_step");
 	for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
 		if (!p[i])
 			_exit(91);
@@ -77,6 +82,8 @@ static struct api open_api(void)
 	memcpy(&a.kv_pool, &p[6], sizeof p[6]);
 	memcpy(&a.commit_kv, &p[7], sizeof p[7]);
 	memcpy(&a.restored_read, &p[8], sizeof p[8]);
+	memcpy(&a.restored_intact, &p[9], sizeof p[9]);
+	memcpy(&a.restored_step, &p[10], sizeof p[10]);
 	return a;
 }
 
@@ -386,8 +393,12 @@ static int set_resume_sched(void)
 	uint32_t blocks[8];
 	size_t nb = 0;
 
+	uint64_t step = 0;
+
 	prctl(PR_SET_NAME, "sched");
 	a = open_api();
+	if (a.restored_step(&step) != 0 || step != 7 || a.restored_step(NULL) != -EINVAL)
+		return 69;
 	return a.restored_prefix(tokens, 9, 0, blocks, 8, &nb) == 8 && nb == 4 && blocks[3] == 3 ?
 	       0 : 70;
 }
@@ -407,6 +418,40 @@ static int set_resume_worker(void)
 		if (got[i] != 2)
 			return 72;
 	return 0;
+}
+
+/* The worker of a set whose store lost one chunk of its pool: that
+ * chunk's 4 KiB are neither intact nor read, the other three are both;
+ * the restored step is the cut's. */
+static int set_lost_worker(void)
+{
+	static uint8_t pool[16384], got[4096];
+	struct api a;
+	uint64_t step = 0;
+	int h, lost = 0;
+
+	prctl(PR_SET_NAME, "worker");
+	a = open_api();
+	if ((h = a.kv_pool("kv", pool, sizeof pool, 4096)) != 0)
+		return 80;
+	if (a.restored_step(&step) != 0 || step != 7 || a.restored_intact(h, 0, sizeof pool) != 0 ||
+	    a.restored_intact(h, 0, sizeof pool + 1) != -EINVAL ||
+	    a.restored_intact(5, 0, 1) != -EINVAL)
+		return 81;
+	for (size_t c = 0; c < 4; c++) {
+		/* A chunk's last byte says what the whole chunk does. */
+		int intact = a.restored_intact(h, c * 4096 + 4095, 1),
+		    read = a.restored_read(h, c * 4096, got, sizeof got);
+
+		if (a.restored_intact(h, c * 4096, 4096) == 0) {
+			lost++;
+			if (read != -EBADMSG || intact != 0)
+				return 82;
+		} else if (read != 0 || got[0] != 2 || got[4095] != 2 || intact != 1) {
+			return 83;
+		}
+	}
+	return lost == 1 ? 0 : 84;
 }
 
 /* CMD of the online restore: the server's two processes, this program
@@ -447,7 +492,7 @@ static const struct {
 	      { "hostkv-other", hostkv_other }, { "hostkv-abort", hostkv_abort },
 	      { "set-sched", set_sched }, { "set-worker", set_worker },
 	      { "set-resume-sched", set_resume_sched }, { "set-resume-worker", set_resume_worker },
-	      { "set-resume", set_resume } };
+	      { "set-resume", set_resume }, { "set-lost-worker", set_lost_worker } };
 
 /*
  * Run mode in a child: this program again, with the caller's environment
@@ -854,6 +899,39 @@ static void test_set_online(void)
 	CU_ASSERT_EQUAL(system(cmd), 0);
 }
 
+/* Bits of the worker's store flipped in the newest copy of one chunk
+ * (window 1's: bytes 2): restored online all the same, since an adapter
+ * serves none of a lost chunk; the restore says so, and the worker finds
+ * exactly that chunk lost. */
+static void test_set_lost(void)
+{
+	static uint8_t kv[8 << 20];
+	char self[512], cmd[2048], path[160];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	size_t len, at, run = 0;
+	int status = -1, fd;
+
+	CU_ASSERT_FATAL(n > 0);
+	self[n] = '\0';
+	CU_ASSERT_EQUAL_FATAL(set_restore("lost", 2, 2, &status), 7);
+	snprintf(path, sizeof path, "%s/lost/worker.nodev.wal.kv", dir);
+	CU_ASSERT_FATAL((fd = open(path, O_RDWR)) >= 0);
+	len = (size_t)pread(fd, kv, sizeof kv, 0);
+	for (at = 0; at < len && run < 4096; at++)
+		run = kv[at] == 2 ? run + 1 : 0;
+	CU_ASSERT_EQUAL_FATAL(run, 4096);
+	kv[at - 100] ^= 0x10;
+	CU_ASSERT_EQUAL(pwrite(fd, kv + at - 100, 1, (off_t)(at - 100)), 1);
+	close(fd);
+	snprintf(cmd, sizeof cmd, "MOEFT_TEST_LIB='%s' '%s' restore --wal %s/lost --preload '%s' "
+		 "-- '%s' --child set-lost-worker", getenv("MOEFT_TEST_LIB"),
+		 getenv("MOEFT_TEST_CLI"), dir, getenv("MOEFT_TEST_LIB"), self);
+	CU_ASSERT_EQUAL(shell(cmd), 0);
+	snprintf(cmd, sizeof cmd, "grep -q '1 KV chunk lost (zero-filled, listed per pool); the "
+		 "engine.s adapter serves none of them' %s/err", dir);
+	CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
 static void test_requests_off(void)
 {
 	char wal[128];
@@ -893,6 +971,7 @@ int main(int argc, char **argv)
 		{ "a refused KV window leaves nothing", test_hostkv_abort },
 		{ "the cut of a server's logs", test_set_cut },
 		{ "a server's logs restored online", test_set_online },
+		{ "a lost chunk of an adapter's pool", test_set_lost },
 		{ "requests, not instrumented", test_requests_off },
 		CU_TEST_INFO_NULL,
 	};

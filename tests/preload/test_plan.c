@@ -16,6 +16,8 @@ static const char good[] =
 	"window 9 144 159\n"
 	"pool 0 a1a2a3a4a5a6a7a8 8192 0 4096 kv-pool-0.bin\n"
 	"pool 1 a1a2a3a4a5a6a7a8 8192 1 4096 kv-pool-1.bin\n"
+	"lost 0\n"
+	"lost 1\n"
 	"pool 5 0000000000000001 100 0 4096 kv-pool-5.bin\n";
 
 static void test_parse(void)
@@ -35,8 +37,16 @@ static void test_parse(void)
 	CU_ASSERT_EQUAL(p.pools[1].ordinal, 1);
 	CU_ASSERT_EQUAL(p.pools[1].chunk_bytes, 4096);
 	CU_ASSERT_STRING_EQUAL(p.pools[1].file, "kv-pool-1.bin");
+	CU_ASSERT_EQUAL_FATAL(p.pools[1].nlost, 2);
+	CU_ASSERT(p.pools[1].lost[0] == 0 && p.pools[1].lost[1] == 1);
+	CU_ASSERT(p.pools[0].nlost == 0 && p.pools[2].nlost == 0);
 	CU_ASSERT_EQUAL(p.pools[2].no, 5);
 	CU_ASSERT_EQUAL(p.pools[2].size, 100);
+	/* The ranges that touch a lost chunk, and those that do not. */
+	CU_ASSERT_EQUAL(restore_pool_lost(&p.pools[1], 4095, 1), 1);
+	CU_ASSERT_EQUAL(restore_pool_lost(&p.pools[1], 8191, 1), 1);
+	CU_ASSERT_EQUAL(restore_pool_lost(&p.pools[1], 0, 0), 0);
+	CU_ASSERT_EQUAL(restore_pool_lost(&p.pools[0], 0, 8192), 0);
 	restore_plan_free(&p);
 	CU_ASSERT(!p.pools && !p.npools);
 	/* A plan without pools is a plan. */
@@ -83,6 +93,26 @@ static void test_errors(void)
 		  "pool 0 a1a2a3a4a5a6a7a8 1 0 4096 f", "line 4: expected a file name" },
 		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\nkv 0\n",
 		  "line 4: expected 'pool '" },
+		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\nlost 0\n",
+		  "line 4: a lost chunk before any pool" },
+		/* 8192 bytes of 4096: chunks 0 and 1. */
+		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\n"
+		  "pool 0 a1a2a3a4a5a6a7a8 8192 0 4096 f\nlost 2\n",
+		  "line 5: expected a number up to 1" },
+		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\n"
+		  "pool 0 a1a2a3a4a5a6a7a8 8192 0 4096 f\nlost 1\nlost 1\n",
+		  "line 6: lost chunks out of order" },
+		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\n"
+		  "pool 0 a1a2a3a4a5a6a7a8 8192 0 4096 f\nlost 1\nlost 0\n",
+		  "line 6: lost chunks out of order" },
+		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\n"
+		  "pool 0 a1a2a3a4a5a6a7a8 8192 0 4096 f\nlost 1 \n",
+		  "line 5: expected the end" },
+		/* A repeated pool is named at its own line, lost chunks counted. */
+		{ "moeft-restore-plan 1\nlog 00112233445566ff\nwindow 1 2 3\n"
+		  "pool 0 a1a2a3a4a5a6a7a8 8192 0 4096 f\nlost 0\nlost 1\n"
+		  "pool 0 a1a2a3a4a5a6a7a8 1 1 4096 g\nlost 0\n",
+		  "line 7: pool 0 or file g given twice" },
 	};
 	static struct restore_plan p;
 	char err[200];
@@ -109,7 +139,8 @@ static int same(const struct restore_plan *p, const struct restore_plan *q)
 
 		if (a->no != b->no || a->ordinal != b->ordinal || a->fingerprint != b->fingerprint ||
 		    a->size != b->size || a->chunk_bytes != b->chunk_bytes ||
-		    strcmp(a->file, b->file) != 0)
+		    strcmp(a->file, b->file) != 0 || a->nlost != b->nlost ||
+		    (a->nlost && memcmp(a->lost, b->lost, a->nlost * sizeof *a->lost)))
 			return 0;
 	}
 	return 1;
@@ -137,7 +168,8 @@ static void test_round_trip(void)
 }
 
 /* Every field at its widest: 2^64 - 1, 2^32 - 1, KVS_MAX_POOLS pools, 63-byte
- * names: RESTORE_PLAN_MAX holds it. */
+ * names, RESTORE_LOST_MAX lost chunks of 20 digits (pool 0's chunks are
+ * bytes): RESTORE_PLAN_MAX holds it; one lost chunk more is refused. */
 static void test_widest(void)
 {
 	static struct restore_plan p, q;
@@ -161,19 +193,32 @@ static void test_widest(void)
 		/* "pool", the fields and the name: 140 bytes, and the number */
 		want += 140 + (size_t)snprintf(NULL, 0, "%u", i);
 	}
+	p.pools[0].chunk_bytes = 1;
+	want -= 19;
+	p.pools[0].nlost = RESTORE_LOST_MAX;
+	p.pools[0].lost = calloc(RESTORE_LOST_MAX + 1, sizeof *p.pools[0].lost);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(p.pools[0].lost);
+	for (i = 0; i <= RESTORE_LOST_MAX; i++)
+		p.pools[0].lost[i] = UINT64_MAX - 1 - RESTORE_LOST_MAX + i;
+	want += RESTORE_LOST_MAX * (size_t)RESTORE_LOST_LINE_MAX;
 	n = restore_plan_format(&p, text, sizeof text, err, sizeof err);
 	CU_ASSERT_EQUAL_FATAL((size_t)n, want);
 	CU_ASSERT(n <= (int)RESTORE_PLAN_MAX);
 	CU_ASSERT_EQUAL((size_t)n, strlen(text));
 	CU_ASSERT(strstr(text, "window 18446744073709551615 18446744073709551615 "
 			 "18446744073709551615\npool 0 ffffffffffffffff 18446744073709551615 "
-			 "4294967295 18446744073709551615 00000aaa") != NULL);
+			 "4294967295 1 00000aaa") != NULL);
+	CU_ASSERT(strstr(text, "aaa\nlost 18446744073709486078\nlost 18446744073709486079\n") != NULL);
 	CU_ASSERT(strstr(text, "\npool 32703 ffffffffffffffff 18446744073709551615 4294967295 "
 			 "18446744073709551615 32703aaa") != NULL);
 	CU_ASSERT_EQUAL_FATAL(restore_plan_parse(text, &q, err, sizeof err), 0);
 	CU_ASSERT(same(&p, &q));
-	free(p.pools);
 	restore_plan_free(&q);
+	p.pools[0].nlost++;
+	CU_ASSERT_EQUAL(restore_plan_format(&p, text, sizeof text, err, sizeof err), -1);
+	CU_ASSERT(strstr(err, "more than 65536 lost chunks") != NULL);
+	free(p.pools[0].lost);
+	free(p.pools);
 }
 
 /* The writer refuses p with exactly the message want. */
@@ -196,14 +241,14 @@ static void test_write_refused(void)
 
 	CU_ASSERT_EQUAL_FATAL(restore_plan_parse(good, &p, err, sizeof err), 0);
 	CU_ASSERT_EQUAL(restore_plan_format(&p, text, need, err, sizeof err), -1);
-	CU_ASSERT_STRING_EQUAL(err, "the plan takes 208 bytes and a NUL; the buffer holds 208");
+	CU_ASSERT_STRING_EQUAL(err, "the plan takes 222 bytes and a NUL; the buffer holds 222");
 	CU_ASSERT_EQUAL(strlen(text), need - 1);
 	CU_ASSERT_EQUAL(restore_plan_format(&p, text, need + 1, err, sizeof err), (int)need);
 
 	strcpy(p.pools[2].file, "../kv-pool-5.bin");
-	refused(&p, "line 6: the file name may hold letters, digits, '.', '_', '-'");
+	refused(&p, "line 8: the file name may hold letters, digits, '.', '_', '-'");
 	strcpy(p.pools[2].file, "kv-pool-1.bin");
-	refused(&p, "line 6: pool 5 or file kv-pool-1.bin given twice");
+	refused(&p, "line 8: pool 5 or file kv-pool-1.bin given twice");
 	strcpy(p.pools[2].file, "kv-pool-5.bin");
 	p.pools[1].chunk_bytes = 0;
 	refused(&p, "line 5: a pool has a size and a chunk size");
