@@ -6,13 +6,18 @@
  * named.  The writer checks what it wrote with the same parser, so the
  * rules of the format are written down once.  Pools that share a number
  * or a file are found once every line is read, by a bitmap and a sort, so
- * the cost stays O(n log n) for the largest plan.
+ * the cost stays O(n log n) for the largest plan.  The reader of these
+ * files is here too: restore mode and the tools read them alike.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "decimal.h"
 #include "plan.h"
@@ -327,6 +332,48 @@ int restore_plan_format(const struct restore_plan *p, char *buf, size_t len, cha
 		return -1;
 	restore_plan_free(&back);
 	return (int)n;
+}
+
+char *restore_read_file(const char *path, size_t max, size_t *len, char *err, size_t errlen)
+{
+	struct stat st;
+	size_t got = 0;
+	ssize_t n = 1;
+	char *buf;
+	int fd, e;
+
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
+		e = errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(e));
+		errno = e;
+		return NULL;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
+		close(fd);
+		snprintf(err, errlen, "%s: not a regular file of at most %zu bytes", path, max);
+		errno = EINVAL;
+		return NULL;
+	}
+	if (!(buf = malloc((size_t)st.st_size + 1))) {
+		close(fd);
+		snprintf(err, errlen, "%s: out of memory", path);
+		errno = ENOMEM;
+		return NULL;
+	}
+	/* To its end: a short read would drop some of it. */
+	while (got < (size_t)st.st_size &&
+	       ((n = read(fd, buf + got, (size_t)st.st_size - got)) > 0 || (n < 0 && errno == EINTR)))
+		got += n > 0 ? (size_t)n : 0;
+	close(fd);
+	if (got != (size_t)st.st_size) {
+		free(buf);
+		snprintf(err, errlen, "%s: cannot be read whole", path);
+		errno = EIO;
+		return NULL;
+	}
+	buf[got] = '\0';
+	*len = got;
+	return buf;
 }
 
 int restore_set_lists(const char *text, const char *name)

@@ -56,6 +56,11 @@
 #define RESTORE_SET_HEAD "moeft-restore-set 1\n"
 #define RESTORE_SET_MAX (1u << 20)    /* bytes of the file */
 
+/* The regular file at path (not a link), at most max bytes, read whole
+ * into a new buffer with a NUL after it (*len bytes): NULL with one line
+ * in err and errno set (ENOENT: there is none) when it cannot be. */
+char *restore_read_file(const char *path, size_t max, size_t *len, char *err, size_t errlen);
+
 /* Whether the set file's text (NUL-terminated) lists name: 1, 0, or -1
  * when it is no set file (each line a name of [A-Za-z0-9._-], ended). */
 int restore_set_lists(const char *text, const char *name);

@@ -44,48 +44,6 @@ static int open_image(const char *dir, struct restore_pool *q, char *err, size_t
 	return 0;
 }
 
-char *restore_read_file(const char *path, size_t max, size_t *len, char *err, size_t errlen)
-{
-	struct stat st;
-	size_t got = 0;
-	ssize_t n = 1;
-	char *buf;
-	int fd, e;
-
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
-		e = errno;
-		snprintf(err, errlen, "%s: %s", path, strerror(e));
-		errno = e;
-		return NULL;
-	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
-		close(fd);
-		snprintf(err, errlen, "%s: not a regular file of at most %zu bytes", path, max);
-		errno = EINVAL;
-		return NULL;
-	}
-	if (!(buf = malloc((size_t)st.st_size + 1))) {
-		close(fd);
-		snprintf(err, errlen, "%s: out of memory", path);
-		errno = ENOMEM;
-		return NULL;
-	}
-	/* To its end: a short read would drop some of it. */
-	while (got < (size_t)st.st_size &&
-	       ((n = read(fd, buf + got, (size_t)st.st_size - got)) > 0 || (n < 0 && errno == EINTR)))
-		got += n > 0 ? (size_t)n : 0;
-	close(fd);
-	if (got != (size_t)st.st_size) {
-		free(buf);
-		snprintf(err, errlen, "%s: cannot be read whole", path);
-		errno = EIO;
-		return NULL;
-	}
-	buf[got] = '\0';
-	*len = got;
-	return buf;
-}
-
 /* The plan's text at path, NUL-terminated: NULL with err set when it
  * cannot be read, or is too long or binary. */
 static char *read_plan(const char *path, char *err, size_t errlen)

@@ -31,11 +31,6 @@
  * descriptors stay open for the copies (copyin.h). */
 int restore_plan_load(const char *path, struct restore_plan *p, char *err, size_t errlen);
 
-/* The regular file at path (not a link), at most max bytes, read whole
- * into a new buffer with a NUL after it (*len bytes): NULL with one line
- * in err and errno set (ENOENT: there is none) when it cannot be. */
-char *restore_read_file(const char *path, size_t max, size_t *len, char *err, size_t errlen);
-
 /* Close the device pools' images once the copies are done (host pools'
  * stay open: they are read on demand). */
 void restore_close_images(struct restore_plan *p);

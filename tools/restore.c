@@ -1437,13 +1437,15 @@ static int run_set(const struct restore *proto, const struct logset *set)
 	char out[PATH_MAX];
 	struct wal_error err;
 	uint64_t cut;
-	int fd, ret = EXIT_OK, r;
+	int fd, ret = EXIT_OK, r, *listed;
 
 	if ((fd = media_open_dir(proto->out, 1, &err)) < 0)
 		return cli_fail(proto->cmd, proto->json, EXIT_USAGE, "--out %s", err.msg);
 	close(fd);
 	if ((ret = set_cut(proto, set, &cut)))
 		return ret;
+	if (!(listed = calloc(set->n ? set->n : 1, sizeof *listed)))
+		return cli_fail(proto->cmd, proto->json, EXIT_USAGE, "out of memory");
 	if (cut != STATE_NEWEST && !proto->quiet)
 		fprintf(stderr, "moeft restore: the server's processes as of step %" PRIu64 ", the "
 			"newest their logs all committed\n", cut);
@@ -1460,10 +1462,15 @@ static int run_set(const struct restore *proto, const struct logset *set)
 			rs.out = out;
 			rs.at_step = cut;
 			r = run(&rs);
+			listed[i] = r == EXIT_OK || r == EXIT_BAD;
 			restore_free(&rs);
 		}
 		ret = r > ret ? r : ret;
 	}
+	/* The set file too: moeft resubmit --restored OUT reads it. */
+	if ((r = write_set(proto, proto->out, set, listed)))
+		ret = r;
+	free(listed);
 	return ret;
 }
 

@@ -6,9 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# clang and libclang-rt-14-dev: the sanitizer and libFuzzer builds of tests/run.
+# clang and libclang-rt-14-dev: the sanitizer and libFuzzer builds of tests/run;
+# libcurl and jansson: moeft resubmit's HTTP and JSON.
 packages=(meson ninja-build pkg-config gcc libc6-dev clang libclang-rt-14-dev
-          libcunit1-dev libunwind-dev libnuma-dev python3)
+          libcunit1-dev libunwind-dev libnuma-dev libcurl4-openssl-dev libjansson-dev python3)
 
 missing=()
 for p in "${packages[@]}"; do
