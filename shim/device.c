@@ -14,18 +14,18 @@
 
 static CUcontext ctx;	/* the context of the loaded module */
 
-/* Set the function pointer at fn to the real id: 1, or 0 when there is
- * none (ISO C has no cast from void * to a function pointer). */
-static int real_fn(void *fn, size_t size, unsigned id)
+/* Set the function pointer at fn to p: 1, or 0 when there is none (ISO C
+ * has no cast from void * to a function pointer). */
+static int real_fn(void *fn, size_t size, void *p)
 {
-	void *p = shim_real(id);
-
 	if (p)
 		memcpy(fn, &p, size);
 	return p != NULL;
 }
 
-#define REAL(fn, id) real_fn(&(fn), sizeof(fn), SHIM_##id)
+#define REAL(fn, id) real_fn(&(fn), sizeof(fn), shim_real(SHIM_##id))
+/* The same where a machine without the driver is expected: no word. */
+#define PROBE(fn, id) real_fn(&(fn), sizeof(fn), shim_probe(SHIM_##id))
 
 /*
  * The first image the driver takes, and the functions in it.  Each
@@ -249,11 +249,11 @@ int shim_dev_name(char *out, size_t len)
 	CUdevice dev;
 	int ordinal;
 
-	if (!(REAL(ctx_device, cuCtxGetDevice) && ctx_device(&dev) == CUDA_SUCCESS) &&
-	    !(REAL(rt_device, cudaGetDevice) && rt_device(&ordinal) == cudaSuccess &&
-	      REAL(get, cuDeviceGet) && get(&dev, ordinal) == CUDA_SUCCESS))
+	if (!(PROBE(ctx_device, cuCtxGetDevice) && ctx_device(&dev) == CUDA_SUCCESS) &&
+	    !(PROBE(rt_device, cudaGetDevice) && rt_device(&ordinal) == cudaSuccess &&
+	      PROBE(get, cuDeviceGet) && get(&dev, ordinal) == CUDA_SUCCESS))
 		return -1;
-	if (len > 1 && len <= INT_MAX && REAL(bus, cuDeviceGetPCIBusId) &&
+	if (len > 1 && len <= INT_MAX && PROBE(bus, cuDeviceGetPCIBusId) &&
 	    bus(out, (int)len, dev) == CUDA_SUCCESS)
 		return 0;
 	snprintf(out, len, "dev%d", (int)dev);

@@ -66,6 +66,9 @@ struct shim_call {
  * be found (logged once per symbol; the wrapper then fails the call). */
 extern _Atomic(void *) shim_reals[SHIM_COUNT];
 void *shim_resolve(unsigned id);
+/* The same without a word when there is none: for probes that expect a
+ * machine without the driver (the device's name at the log's start). */
+void *shim_probe(unsigned id);
 
 static inline void *shim_real(unsigned id)
 {
