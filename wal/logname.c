@@ -73,6 +73,9 @@ int logname_role_of_file(const char *name, char *out, size_t len)
 	return 0;
 }
 
+#define COMM_MAX 15     /* bytes of a process name the kernel keeps */
+#define ROLE_MAX 63     /* bytes of a role */
+
 /* name as a role: "." and ".." would name no file of ours, "" none. */
 static void as_role(char *name, char *out, size_t len)
 {
@@ -84,15 +87,34 @@ static void as_role(char *name, char *out, size_t len)
 	}
 }
 
-void logname_role(char *out, size_t len)
+/* The first line of /proc/self/FILE, its first string, into name. */
+static void read_self(const char *file, char *name, size_t len)
 {
-	char name[64] = "";
+	char path[32];
 	FILE *f;
 
-	if ((f = fopen("/proc/self/comm", "re"))) {
-		if (fgets(name, sizeof name, f))
+	name[0] = '\0';
+	snprintf(path, sizeof path, "/proc/self/%s", file);
+	if ((f = fopen(path, "re"))) {
+		if (fgets(name, (int)len, f))
 			name[strcspn(name, "\n")] = '\0';
 		fclose(f);
+	}
+}
+
+void logname_role(char *out, size_t len)
+{
+	char name[ROLE_MAX + 1], argv0[ROLE_MAX + 1];
+	const char *base;
+
+	read_self("comm", name, sizeof name);
+	/* The kernel keeps 15 bytes of a name: where argv[0] (a process
+	 * title sets it too) goes on past them, it is the name. */
+	if (strlen(name) == COMM_MAX) {
+		read_self("cmdline", argv0, sizeof argv0);
+		base = strrchr(argv0, '/') ? strrchr(argv0, '/') + 1 : argv0;
+		if (!strncmp(base, name, COMM_MAX))
+			memmove(name, base, strlen(base) + 1);
 	}
 	as_role(name, out, len);
 }
@@ -100,7 +122,7 @@ void logname_role(char *out, size_t len)
 void logname_role_of(const char *exe, char *out, size_t len)
 {
 	const char *slash = strrchr(exe, '/');
-	char name[16];
+	char name[ROLE_MAX + 1];
 
 	snprintf(name, sizeof name, "%s", slash ? slash + 1 : exe);
 	as_role(name, out, len);

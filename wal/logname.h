@@ -31,12 +31,15 @@ void logname_default_dir(char *out, size_t len);
 int logname_role_of_file(const char *name, char *out, size_t len);
 
 /* The process's name as the kernel knows it (/proc/self/comm, which a
- * process title sets), cleaned; "unknown" when there is none. */
+ * process title sets), cleaned; "unknown" when there is none.  The kernel
+ * keeps 15 bytes: where the file name of argv[0] (a process title's
+ * whole text) begins with them and goes on, it is the name, up to 63
+ * bytes, so that vLLM's VLLM::Worker_TP0 and _TP1 keep two logs. */
 void logname_role(char *out, size_t len);
 
 /* The name a process running the executable at exe starts with: its
- * file name, cut as the kernel cuts a process name (15 bytes), cleaned.
- * A process title may change it later. */
+ * file name (argv[0] is exe), up to 63 bytes, cleaned.  A process title
+ * may change it later. */
 void logname_role_of(const char *exe, char *out, size_t len);
 
 /*

@@ -50,6 +50,15 @@ MOEFT_WAL="$dir/logs" run beta --steps=40 >/dev/null 2>"$dir/err" || fail "beta:
   "alpha.$dev.wal alpha.$dev.wal.kv beta.$dev.wal beta.$dev.wal.kv " ] ||
 	fail "logs/ holds: $(ls "$dir/logs")"
 
+# Two programs whose names share their first 15 bytes (all the kernel
+# keeps of a process name, as of vLLM's VLLM::Worker_TP0 and _TP1): a log
+# each, named in full.
+MOEFT_WAL="$dir/long/" run worker-of-a-server-tp0 --steps=8 >/dev/null 2>&1 || fail "tp0 failed"
+MOEFT_WAL="$dir/long/" run worker-of-a-server-tp1 --steps=8 >/dev/null 2>&1 || fail "tp1 failed"
+[ "$(cd "$dir/long" && ls | tr '\n' ' ')" = \
+  "worker-of-a-server-tp0.$dev.wal worker-of-a-server-tp0.$dev.wal.kv worker-of-a-server-tp1.$dev.wal worker-of-a-server-tp1.$dev.wal.kv " ] ||
+	fail "long/ holds: $(ls "$dir/long")"
+
 # A restart finds its own log again: a second epoch in alpha's, none in beta's.
 MOEFT_WAL="$dir/logs/" run alpha --steps=40 >/dev/null 2>&1 || fail "alpha again failed"
 "$moeft" inspect --wal "$dir/logs/alpha.$dev.wal" --json >"$dir/a.json" || fail "inspect alpha"
@@ -97,8 +106,11 @@ mkdir "$dir/empty"
 # restore --wal DIR --out OUT: each log into OUT/NAME.
 "$moeft" restore --wal "$dir/logs" --out "$dir/out" 2>"$dir/r.err" ||
 	fail "restore DIR offline: $(cat "$dir/r.err")"
-[ "$(cd "$dir/out" && ls | tr '\n' ' ')" = "alpha.$dev beta.$dev " ] ||
+[ "$(cd "$dir/out" && ls | tr '\n' ' ')" = "alpha.$dev beta.$dev set " ] ||
 	fail "restore DIR offline wrote: $(ls "$dir/out")"
+[ "$(cat "$dir/out/set")" = "moeft-restore-set 1
+alpha.$dev
+beta.$dev" ] || fail "restore DIR offline: the set file holds $(cat "$dir/out/set")"
 for n in alpha beta; do
 	grep -q '"resume_step":32,' "$dir/out/$n.$dev/manifest.json" ||
 		fail "restore DIR offline: $n: $(cat "$dir/out/$n.$dev/manifest.json")"
