@@ -34,9 +34,11 @@ from typing import IO, Any
 
 
 def set_name(name: str) -> None:
-    # before anything starts the preload: the name names the log
-    with open("/proc/self/comm", "w") as f:
-        f.write(name)
+    # as vLLM's set_process_title does, before anything starts the preload:
+    # the name names the log
+    import setproctitle
+
+    setproctitle.setproctitle(name)
 
 
 def send(f: IO[bytes], obj: object) -> None:

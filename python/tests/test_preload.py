@@ -34,9 +34,9 @@ BS = 4  # vllm_env.Shape's
 BLOCK = 4096  # bytes of a block of one layer
 LAYER = 32 * BLOCK  # bytes of one layer
 WINDOW = 4
-# the processes' logs: ROLE.DEVICE.wal, ROLE their name's first 15 bytes
+# the processes' logs: ROLE.DEVICE.wal, ROLE their process title
 # cleaned, DEVICE "nodev" where no GPU driver answers
-SCHED, WORKER = "VLLM__EngineCor", "VLLM__Worker"
+SCHED, WORKER = "VLLM__EngineCore", "VLLM__Worker"
 
 
 def named(d: Path, role: str, suffix: str = "") -> Path:
