@@ -1,0 +1,565 @@
+"""The Python half of tests/vllm/e2e.sh: requests, kills, checks (stdlib only).
+
+    e2e.py port
+    e2e.py prompts OUT
+    e2e.py health URL PID SECONDS
+    e2e.py baseline URL PROMPTS MAX_TOKENS OUT
+    e2e.py crash URL PROMPTS MAX_TOKENS AFTER LEADER SHM_BEFORE OUT
+    e2e.py kill-at MOEFT WAL_DIR MAX_TOKENS LEADER SHM_BEFORE
+    e2e.py kill LEADER SHM_BEFORE
+    e2e.py shm-list OUT
+    e2e.py prefix BASELINE CRASH
+    e2e.py check BASELINE RESUBMIT BLOCK [DAMAGE]
+    e2e.py damage MOEFT WAL_DIR MODEL_DIR BLOCKS WORK OUT
+
+A server is the process LEADER that setsid started and every process of
+its process group or session, and every descendant of those (vLLM's
+process titles overwrite their environments, so no variable can mark them).
+Killing one: SIGKILL to each, until none is left, then the psm_* files in
+/dev/shm that were not there before it started (SHM_BEFORE) and that no
+live process maps or holds open are removed, and so are multiprocessing's
+semaphores (sem.mp-*) by the same rule; the others are left.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+from urllib.parse import urlsplit
+
+SHM = Path("/dev/shm")
+
+
+def say(msg: str) -> None:
+    print(f"e2e: {msg}", flush=True)
+
+
+def fail(msg: str) -> NoReturn:
+    print(f"e2e: {msg}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+# --- HTTP ---------------------------------------------------------------
+
+def conn(url: str, timeout: float) -> http.client.HTTPConnection:
+    u = urlsplit(url)
+    return http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=timeout)
+
+
+def get(url: str, path: str, timeout: float = 5) -> tuple[int, bytes]:
+    c = conn(url, timeout)
+    try:
+        c.request("GET", path)
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def model_name(url: str) -> str:
+    status, body = get(url, "/v1/models", 30)
+    if status != 200:
+        fail(f"GET /v1/models: HTTP {status}")
+    return str(json.loads(body)["data"][0]["id"])
+
+
+def body_for(model: str, prompt: list[int], max_tokens: int, stream: bool) -> dict[str, Any]:
+    b: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": max_tokens,
+                         "temperature": 0, "ignore_eos": True, "return_token_ids": True}
+    if stream:
+        b["stream"] = True
+        b["stream_options"] = {"include_usage": True}
+    return b
+
+
+def post(url: str, body: dict[str, Any], timeout: float) -> http.client.HTTPResponse:
+    c = conn(url, timeout)
+    c.request("POST", "/v1/completions", json.dumps(body),
+              {"Content-Type": "application/json"})
+    return c.getresponse()
+
+
+# --- processes ----------------------------------------------------------
+
+def stat(pid: int) -> tuple[str, int, int, int] | None:
+    """State, parent, process group and session of pid; None when gone."""
+    try:
+        st = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    f = st[st.rindex(")") + 2:].split()
+    return f[0], int(f[1]), int(f[2]), int(f[3])
+
+
+def server_pids(leader: int) -> list[int]:
+    """Live processes of the server whose process group (and session) setsid
+    made for leader: those still in it, and its descendants, which vLLM's
+    process titles would hide from a look at their environments."""
+    procs = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit() and (s := stat(int(p.name))) and s[0] != "Z":
+            procs[int(p.name)] = s
+    found = {pid for pid, s in procs.items() if leader in (s[2], s[3])}
+    if leader in procs:
+        found.add(leader)
+    grew = True
+    while grew:
+        grew = False
+        for pid, s in procs.items():
+            if s[1] in found and pid not in found:
+                found.add(pid)
+                grew = True
+    found.discard(os.getpid())
+    return sorted(found)
+
+
+# What a killed vLLM leaves in /dev/shm: torch's shared memory (psm_*,
+# hundreds of MiB) and multiprocessing's semaphores (sem.mp-*).
+LEFT = re.compile(r"/dev/shm/((?:psm_|sem\.mp-)[^/\s]+)")
+
+
+def shm_psm() -> set[str]:
+    return {p.name for p in SHM.iterdir() if LEFT.fullmatch(str(p))}
+
+
+def shm_in_use() -> set[str]:
+    """Those names that a live process maps or holds open."""
+    used: set[str] = set()
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            used.update(LEFT.findall((p / "maps").read_text()))
+            for fd in (p / "fd").iterdir():
+                m = LEFT.match(os.readlink(fd))
+                if m:
+                    used.add(m.group(1))
+        except OSError:
+            continue
+    return used
+
+
+def kill_server(leader: str, shm_before: Path) -> None:
+    t0 = time.monotonic()
+    # The group first, in one call: the kill lands before anything else;
+    # then whatever of the server is still alive, in the group or not.
+    try:
+        os.killpg(int(leader), signal.SIGKILL)
+        group = True
+    except ProcessLookupError:
+        group = False
+    outside: set[int] = set()
+    deadline = time.monotonic() + 20
+    while (left := server_pids(int(leader))) and time.monotonic() < deadline:
+        for pid in left:
+            st = stat(pid)
+            if st and st[2] != int(leader):
+                outside.add(pid)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+    if left:
+        fail(f"processes of the server still alive 20 s after SIGKILL: {left}")
+    before = set(shm_before.read_text().split()) if shm_before.exists() else set()
+    new = shm_psm() - before
+    used = shm_in_use()
+    gone, kept, freed = [], [], 0
+    for name in sorted(new):
+        if name in used:
+            kept.append(name)
+            continue
+        try:
+            f = SHM / name
+            freed += f.stat().st_size
+            f.unlink()
+            gone.append(name)
+        except FileNotFoundError:
+            pass
+    say(f"killed the server (process group {leader}"
+        + ("" if group else ", gone already")
+        + (f", and {len(outside)} processes outside it" if outside else "")
+        + f"; {time.monotonic() - t0:.1f} s); "
+        f"removed {len(gone)} files it left in /dev/shm ({freed >> 20} MiB)"
+        + (f"; kept {len(kept)} a live process uses" if kept else ""))
+
+
+# --- subcommands --------------------------------------------------------
+
+def urgent() -> None:
+    """Ahead of the server for the CPU where allowed (root): a kill that
+    waits for a CPU lands late."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, -10)
+    except OSError:
+        pass
+
+
+def cmd_port() -> None:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    print(s.getsockname()[1])
+    s.close()
+
+
+def cmd_prompts(out: str) -> None:
+    """4 prompts of token ids, 41 to 71 tokens, distinct from their first
+    token on (no shared prefix block); ids 4..993 (no special token)."""
+    prompts = [[(97 * i + 13 * j * (i + 1) + 7) % 990 + 4 for j in range(41 + 10 * i)]
+               for i in range(4)]
+    Path(out).write_text(json.dumps(prompts))
+
+
+def cmd_health(url: str, pid: str, seconds: str) -> None:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < float(seconds):
+        if (st := stat(int(pid))) is None or st[0] == "Z":
+            fail(f"the server (pid {pid}) exited before /health answered")
+        try:
+            if get(url, "/health", 2)[0] == 200:
+                say(f"server healthy after {time.monotonic() - t0:.0f} s")
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    fail(f"no /health 200 within {seconds} s")
+
+
+def cmd_baseline(url: str, prompts_file: str, max_tokens: str, out: str) -> None:
+    prompts = json.loads(Path(prompts_file).read_text())
+    model = model_name(url)
+    got: dict[int, Any] = {}
+
+    def one(i: int) -> None:
+        try:
+            r = post(url, body_for(model, prompts[i], int(max_tokens), False), 600)
+            got[i] = json.loads(r.read())
+        except Exception as e:  # reported below
+            got[i] = {"error": repr(e)}
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    secs = time.monotonic() - t0
+    tokens = []
+    for i in range(len(prompts)):
+        ch = got[i].get("choices") or [{}]
+        if ch[0].get("prompt_token_ids") != prompts[i] or \
+                len(ch[0].get("token_ids") or []) != int(max_tokens):
+            fail(f"baseline request {i}: unexpected answer {str(got[i])[:400]}")
+        tokens.append(ch[0]["token_ids"])
+    step_ms = 1000 * secs / int(max_tokens)
+    Path(out).write_text(json.dumps({"prompts": prompts, "tokens": tokens, "step_ms": step_ms}))
+    n = len(prompts) * int(max_tokens)
+    say(f"baseline: {len(prompts)} concurrent requests, {n} tokens in {secs:.1f} s "
+        f"({step_ms:.1f} ms per decode step of the batch); "
+        f"distinct tokens per request {[len(set(t)) for t in tokens]}")
+
+
+def cmd_crash(url: str, prompts_file: str, max_tokens: str, after: str, leader: str,
+              shm_before: str, out: str) -> None:
+    """Stream the requests; once each has AFTER tokens, kill the server."""
+    prompts = json.loads(Path(prompts_file).read_text())
+    model = model_name(url)
+    seen: list[list[int]] = [[] for _ in prompts]
+    ended: list[str | None] = [None for _ in prompts]
+    killed = threading.Event()
+    urgent()
+
+    def one(i: int) -> None:
+        try:
+            r = post(url, body_for(model, prompts[i], int(max_tokens), True), 600)
+            for raw in r:
+                line = raw.strip()
+                if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                    continue
+                for ch in json.loads(line[6:]).get("choices", []):
+                    seen[i].extend(ch.get("token_ids") or [])
+                    if ch.get("finish_reason"):
+                        ended[i] = f"finished ({ch['finish_reason']})"
+            ended[i] = ended[i] or "stream ended"
+        except Exception as e:
+            ended[i] = "cut" if killed.is_set() else f"error {e!r}"
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(prompts))]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    while min(len(s) for s in seen) < int(after):
+        if any(e is not None for e in ended) or time.monotonic() - t0 > 300:
+            kill_server(leader, Path(shm_before))
+            fail(f"a request ended before the kill: {ended}, tokens {[len(s) for s in seen]}")
+        time.sleep(0.005)
+    killed.set()
+    at = [len(s) for s in seen]
+    kill_server(leader, Path(shm_before))
+    for t in threads:
+        t.join(10)
+    say(f"killed the server {time.monotonic() - t0:.1f} s into the requests, their tokens "
+        f"seen by then {at}, by the end of their streams {[len(s) for s in seen]}; "
+        f"streams: {ended}")
+    Path(out).write_text(json.dumps({"prompts": prompts, "tokens": seen}))
+    done = [i for i, e in enumerate(ended) if e and e.startswith("finished")]
+    if done:
+        fail(f"requests {done} finished before the kill took effect: no crash mid-decode "
+             "(a machine too busy?)")
+
+
+def newest_step(moeft: str, wal: str) -> int:
+    """The last step of the newest committed decode window of WAL's logs."""
+    r = subprocess.run([moeft, "ls", "--json", wal], capture_output=True, text=True)
+    try:
+        logs = json.loads(r.stdout)["logs"]
+    except (ValueError, KeyError):
+        return -1
+    return max((int(x.get("last_step", -1)) for x in logs), default=-1)
+
+
+def cmd_kill_at(moeft: str, wal: str, max_tokens: str, leader: str, shm_before: str) -> None:
+    """Kill the restored server about a third of the way through what its
+    restored requests (in WAL.restore, the restore's directory) had left:
+    once its logs (moeft ls) hold a window that far.  The server's speed is
+    no clock: on 2 cores shared with anything else it varies fivefold; nor
+    is vLLM's /metrics, which answers only once the batch is done."""
+    restored = Path(wal + ".restore")
+    left, resume = [], 0
+    for f in restored.glob("*/requests"):
+        left += [int(max_tokens) - (len(r["tokens"]) - r["prompt"])
+                 for r in parse_requests(f.read_bytes())]
+    for f in restored.glob("*/manifest.json"):
+        resume = max(resume, int(json.loads(f.read_text())["resume_step"]))
+    if not left or min(left) < 96:
+        kill_server(leader, Path(shm_before))
+        fail(f"the restored requests ({restored}) have {left} tokens left to decode: "
+             "too few to crash in between")
+    target = resume + min(left) // 3
+    urgent()
+    t0 = time.monotonic()
+    step = -1
+    while (step := newest_step(moeft, wal)) < target and time.monotonic() - t0 < 300:
+        time.sleep(0.02)
+    kill_server(leader, Path(shm_before))
+    if step < target:
+        fail(f"the logs reached step {step}, not {target}, in 300 s")
+    say(f"killed the server {time.monotonic() - t0:.1f} s after the resubmission began, its "
+        f"logs at step {step} (restored at {resume}; tokens left then {left})")
+
+
+def cmd_check(baseline_file: str, resubmit_file: str, block: str, damage_file: str = "") -> None:
+    base = json.loads(Path(baseline_file).read_text())
+    try:
+        res = json.loads(Path(resubmit_file).read_text())
+    except (OSError, ValueError) as e:
+        fail(f"moeft resubmit's output is no JSON: {e}")
+    if not isinstance(res, list):
+        fail("moeft resubmit's output is no JSON array")
+    damage = json.loads(Path(damage_file).read_text()) if damage_file else None
+    bad: list[str] = []
+    matched: dict[int, str] = {}
+    affected_seen = 0
+    for r in res:
+        rid, p, t = r.get("id"), r.get("prompt_token_ids"), r.get("token_ids")
+        resumed, cached = r.get("resumed_from"), r.get("cached_tokens")
+        if not (isinstance(p, list) and isinstance(t, list) and isinstance(resumed, int)
+                and isinstance(cached, int)):
+            bad.append(f"{rid}: missing or mistyped fields in {str(r)[:300]}")
+            continue
+        seq = p + t
+        which = [i for i, bp in enumerate(base["prompts"]) if seq[:len(bp)] == bp]
+        if len(which) != 1:
+            bad.append(f"{rid}: its prompt matches {len(which)} of the baseline's prompts")
+            continue
+        i = which[0]
+        if i in matched:
+            bad.append(f"{rid}: baseline request {i} already answered by {matched[i]}")
+        matched[i] = str(rid)
+        want = base["prompts"][i] + base["tokens"][i]
+        same = seq == want
+        if not same:
+            k = next((k for k in range(min(len(seq), len(want))) if seq[k] != want[k]),
+                     min(len(seq), len(want)))
+            bad.append(f"{rid}: tokens differ from the baseline's at position {k} of "
+                       f"prompt+tokens ({len(seq)} vs {len(want)} long)")
+        full = len(p) + resumed - int(block)
+        note = f"cached >= {full}"
+        if damage and str(i) in damage["affected"]:
+            bound = damage["affected"][str(i)] * int(block)
+            affected_seen += 1
+            note = f"damaged: cached <= {bound}"
+            if cached > bound:
+                bad.append(f"{rid}: {cached} tokens cached, but block "
+                           f"{damage['affected'][str(i)]} of it was damaged (at most {bound})")
+        elif cached < full:
+            bad.append(f"{rid}: {cached} tokens cached, fewer than prompt {len(p)} + resumed "
+                       f"{resumed} - one block")
+        say(f"  request {rid} (baseline {i}): prompt {len(p)}, resumed from {resumed}, "
+            f"cached {cached} ({note}), {len(t)} tokens, {'equal' if same else 'DIFFERENT'}")
+    missing = sorted(set(range(len(base["prompts"]))) - set(matched))
+    if missing:
+        bad.append(f"no result for baseline requests {missing} (all were in flight)")
+    if damage and not affected_seen:
+        bad.append("no result is of the request whose KV was damaged")
+    if bad:
+        fail("check failed:\n  " + "\n  ".join(bad))
+    say(f"all {len(res)} requests equal the baseline")
+
+
+def cmd_prefix(baseline_file: str, crash_file: str) -> None:
+    """The tokens streamed before the kill are the baseline's first ones."""
+    b, c = (json.loads(Path(f).read_text()) for f in (baseline_file, crash_file))
+    bad = [i for i, t in enumerate(c["tokens"]) if t != b["tokens"][i][:len(t)]]
+    if bad:
+        fail(f"the tokens streamed before the kill differ from the baseline's: requests {bad}")
+    say("the tokens streamed before the kill equal the baseline's")
+
+
+def cmd_shm_list(out: str) -> None:
+    Path(out).write_text("\n".join(sorted(shm_psm())) + "\n")
+
+
+# --- damage -------------------------------------------------------------
+
+def parse_requests(buf: bytes) -> list[dict[str, Any]]:
+    """The REQUEST payloads of a restore's `requests` file (preload/reqindex.h)."""
+    if buf[:8] != b"MOEFTRQ1":
+        fail("requests: bad magic")
+    (n,) = struct.unpack_from("<I", buf, 40)
+    off, reqs = 48, []
+    for _ in range(n):
+        (ln,) = struct.unpack_from("<I", buf, off)
+        p = buf[off + 4: off + 4 + ln]
+        off += 4 + ln + (-ln % 4)
+        step, ntok, nprompt, ncomp, bt, idlen, groups = struct.unpack_from("<QIIIIBB", p, 0)
+        q = 32
+        rid = p[q:q + idlen].decode()
+        q += idlen + (-idlen % 4)
+        counts = struct.unpack_from(f"<{groups}I", p, q)
+        q += 4 * groups
+        toks = list(struct.unpack_from(f"<{ntok}I", p, q))
+        q += 4 * ntok
+        blocks = list(struct.unpack_from(f"<{counts[0]}I", p, q))
+        reqs.append({"id": rid, "tokens": toks, "prompt": nprompt, "computed": ncomp,
+                     "block_tokens": bt, "blocks": blocks})
+    return reqs
+
+
+def offline_restore(moeft: str, wal: str, out: Path) -> tuple[int, str]:
+    r = subprocess.run([moeft, "restore", "--wal", wal, "--out", str(out), "--json"],
+                       capture_output=True, text=True)
+    return r.returncode, r.stdout + r.stderr
+
+
+def cmd_damage(moeft: str, wal: str, model_dir: str, nblocks: str, work: str, out: str) -> None:
+    """Flip a bit in both store copies of the KV chunk that holds layer 0 of
+    the middle block of the longest restored request; say which requests'
+    blocks the chunk covers, and check that a restore now finds it lost."""
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    before = Path(work) / "damage-before"
+    rc, text = offline_restore(moeft, wal, before)
+    if rc != 0:
+        fail(f"moeft restore --out (before the damage) exited {rc}:\n{text}")
+    sched, pools = None, []
+    for d in sorted(before.iterdir()):
+        man = d / "manifest.json"
+        if not man.is_file():
+            continue
+        m = json.loads(man.read_text())
+        if (d / "requests").is_file():
+            sched = d
+        for p in m.get("kv_pools") or []:
+            pools.append((d.name, m["log"]["path"], p))
+    if sched is None or len(pools) != 1:
+        fail(f"expected one log with requests and one KV pool under {wal}; got "
+             f"scheduler {sched}, pools {[(n, p['pool']) for n, _, p in pools]}")
+    name, log_path, pool = pools[0]
+    reqs = parse_requests((sched / "requests").read_bytes())
+    bt = reqs[0]["block_tokens"]
+    block_bytes = 2 * cfg["num_key_value_heads"] * bt * cfg["head_dim"] * 4
+    layers = cfg["num_hidden_layers"]
+    if pool["size"] != layers * int(nblocks) * block_bytes:
+        fail(f"KV pool of {pool['size']} bytes; expected {layers} layers x {nblocks} blocks "
+             f"x {block_bytes} bytes (the layout python/VLLM.md gives)")
+    cb = pool["chunk_bytes"]
+    x = max(reqs, key=lambda r: len(r["blocks"]))
+    k = len(x["blocks"]) // 2
+    chunk = x["blocks"][k] * block_bytes // cb
+
+    store = Path(log_path + ".kv")
+    data = bytearray(store.read_bytes())
+    if data[:8] != b"MOEFTKVS":
+        fail(f"{store}: no KV store")
+    entry = 4096 + 64 * pool["pool"]
+    word, _, size, ecb, _, num, chunks, region = struct.unpack_from("<QQQQIIQQ", data, entry)
+    if word != 0x50564B5446454F4D or size != pool["size"] or ecb != cb:
+        fail(f"{store}: pool table entry {pool['pool']} is not the manifest's pool")
+    dstart = region + (2 * chunks * 32 + 4095) // 4096 * 4096
+    flipped = []
+    with open(store, "r+b") as f:
+        for slot in (0, 1):
+            hdr = region + (2 * chunk + slot) * 32
+            (ww,) = struct.unpack_from("<Q", data, hdr)
+            if ww == 0:
+                continue
+            at = dstart + (2 * chunk + slot) * cb + cb // 2
+            f.seek(at)
+            f.write(bytes([data[at] ^ 0x10]))
+            flipped.append(at)
+    if not flipped:
+        fail(f"chunk {chunk} of pool {pool['pool']} has no copy in {store}")
+
+    lo, hi = chunk * cb, (chunk + 1) * cb
+    affected: dict[str, int] = {}
+    base_prompts = json.loads((Path(work) / "prompts.json").read_text())
+    for r in reqs:
+        hit = [j for j, b in enumerate(r["blocks"])
+               if b * block_bytes < hi and (b + 1) * block_bytes > lo]
+        if hit:
+            prompt = r["tokens"][:r["prompt"]]
+            i = next((i for i, bp in enumerate(base_prompts) if prompt[:len(bp)] == bp), None)
+            if i is None:
+                fail(f"restored request {r['id']} matches no prompt of the test")
+            affected[str(i)] = hit[0]
+    after = Path(work) / "damage-after"
+    rc, text = offline_restore(moeft, wal, after)
+    lost = json.loads((after / name / "manifest.json").read_text())["kv_pools"][0]["lost_chunks"]
+    if chunk not in lost:
+        fail(f"after flipping bits at store offsets {flipped}, a restore does not find "
+             f"chunk {chunk} lost (exit {rc}, lost {lost}):\n{text}")
+    Path(out).write_text(json.dumps({"store": str(store), "pool": pool["pool"],
+                                     "chunk": chunk, "chunk_bytes": cb, "offsets": flipped,
+                                     "request": x["id"], "block_index": k,
+                                     "affected": affected}))
+    say(f"damaged KV chunk {chunk} ({cb} bytes; layer 0 of block {x['blocks'][k]}, block "
+        f"index {k} of request {x['id']}) in {store}: {len(flipped)} copies; an offline "
+        f"restore now exits {rc} and lists it lost; baseline requests affected (first "
+        f"damaged block): {affected}")
+
+
+def main(argv: list[str]) -> None:
+    cmds = {"port": cmd_port, "prompts": cmd_prompts, "health": cmd_health,
+            "baseline": cmd_baseline, "crash": cmd_crash, "kill-at": cmd_kill_at,
+            "kill": lambda leader, shm: kill_server(leader, Path(shm)), "shm-list": cmd_shm_list,
+            "prefix": cmd_prefix,
+            "check": cmd_check, "damage": cmd_damage}
+    if not argv or argv[0] not in cmds:
+        fail(f"usage: e2e.py {'|'.join(cmds)} ARGS (see the docstring)")
+    cmds[argv[0]](*argv[1:])  # type: ignore[operator]
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
