@@ -19,8 +19,11 @@
 #      resubmit: every request's tokens equal the baseline's, and its
 #      prompt and the tokens before the restored window came from the
 #      restored KV (cached_tokens >= prompt + resumed_from - one block)
-#   d  a second crash: restore (a copy of) b's logs, kill the server while
-#      the resubmitted requests decode, restore again, resubmit: as c
+#   d  a second crash: restore (a copy of) b's logs, resubmit, kill the
+#      server about a quarter of the way through what the requests had left
+#      (by its logs or by phase c's time, tests/vllm/e2e.py kill-at),
+#      restore again, resubmit: as c.  When the kill came too late
+#      (resubmit had finished), once more on another copy
 #   e  damage: flip bits in both store copies of one KV chunk of a
 #      request's block (in a copy of b's logs); the restore says the chunk
 #      is lost, and resubmission recomputes that request from the damaged
@@ -36,6 +39,7 @@
 # check fails), MOEFT_E2E_KV_CONFIG (the --kv-transfer-config JSON, to try
 # the script with another connector).
 set -uo pipefail
+export LC_NUMERIC=C  # $EPOCHREALTIME with a decimal point
 cd "$(dirname "$0")/../.."
 root=$PWD
 
@@ -157,7 +161,8 @@ restore_and_check() {
 	local name=$1 wal=$2 log=$3 damage=${4:-} t rc out
 	out=$work/resubmit-${name// /-}
 	t=$SECONDS
-	if ! start "$log" -- "$moeft" restore --wal "$wal" -- "${server[@]}" "${connector[@]}"; then
+	if ! start "$log" -- "$moeft" restore --wal "$wal" --preload "$preload" -- \
+			"${server[@]}" "${connector[@]}"; then
 		notok "$name" "the restored server did not come up (log $log)"
 		return 1
 	fi
@@ -168,10 +173,12 @@ restore_and_check() {
 		stop
 		return 1
 	fi
-	t=$SECONDS
+	t=$EPOCHREALTIME
 	"$moeft" resubmit --wal "$wal" --server "$url" --json >"$out.json" 2>"$out.err"
 	rc=$?
-	echo "    moeft resubmit exited $rc in $((SECONDS - t)) s"
+	t=$(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')
+	echo "    moeft resubmit exited $rc in $t s"
+	((rc == 0)) && echo "$t" >"$out.secs"
 	sed 's/^/    | /' "$out.err" | tail -n 20
 	stop
 	if ((rc != 0)); then
@@ -263,7 +270,7 @@ fi
 # too late (the requests had finished).
 second_crash() {
 	local wal=$shm/wal-d$1 rc resub
-	if ! start "$work/server-d$1-1.log" -- "$moeft" restore --wal "$wal" -- \
+	if ! start "$work/server-d$1-1.log" -- "$moeft" restore --wal "$wal" --preload "$preload" -- \
 			"${server[@]}" "${connector[@]}"; then
 		notok "second crash" "the restored server did not come up (log $work/server-d$1-1.log)"
 		return 1
@@ -271,9 +278,11 @@ second_crash() {
 	"$moeft" resubmit --wal "$wal" --server "$url" --json \
 		>"$work/resubmit-d$1-1.json" 2>"$work/resubmit-d$1-1.err" &
 	resub=$!
-	# About a third of the way through what the restored requests had
-	# left (the restore's directory says what), as the logs show it.
-	if ! helper kill-at "$moeft" "$wal" "$max_tokens" "$server_pid" "$work/shm-before"; then
+	# About a quarter of the way through what the restored requests had
+	# left (the restore's directory says what), as the logs show it or
+	# the clock says (phase c's time).
+	if ! helper kill-at "$moeft" "$wal" "$max_tokens" "$work/baseline.json" \
+			"$work/resubmit-restore.secs" "$server_pid" "$work/shm-before"; then
 		wait "$resub"
 		notok "second crash" "could not time the kill (above)"
 		return 1
