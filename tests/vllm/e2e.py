@@ -16,9 +16,10 @@ A server is the process LEADER that setsid started and every process of
 its process group or session, and every descendant of those (vLLM's
 process titles overwrite their environments, so no variable can mark them).
 Killing one: SIGKILL to each, until none is left, then the psm_* files in
-/dev/shm that were not there before it started (SHM_BEFORE) and that no
-live process maps or holds open are removed, and so are multiprocessing's
-semaphores (sem.mp-*) by the same rule; the others are left.
+/dev/shm that its processes mapped or held open just before, that were not
+there before it started (SHM_BEFORE) and that no live process maps or holds
+open now are removed, and so are multiprocessing's semaphores (sem.mp-*)
+by the same rule; the others are left.
 """
 
 from __future__ import annotations
@@ -133,10 +134,10 @@ def shm_psm() -> set[str]:
     return {p.name for p in SHM.iterdir() if LEFT.fullmatch(str(p))}
 
 
-def shm_in_use() -> set[str]:
-    """Those names that a live process maps or holds open."""
+def shm_in_use(pids: list[int] | None = None) -> set[str]:
+    """Those names that a live process (of pids, or any) maps or holds open."""
     used: set[str] = set()
-    for p in Path("/proc").iterdir():
+    for p in Path("/proc").iterdir() if pids is None else (Path(f"/proc/{i}") for i in pids):
         if not p.name.isdigit():
             continue
         try:
@@ -152,6 +153,10 @@ def shm_in_use() -> set[str]:
 
 def kill_server(leader: str, shm_before: Path) -> None:
     t0 = time.monotonic()
+    # What the server's processes use in /dev/shm, read before the kill: only
+    # those are its to remove (another server on the machine may be passing
+    # a semaphore between its processes that no process holds right then).
+    theirs = shm_in_use(server_pids(int(leader)))
     # The group first, in one call: the kill lands before anything else;
     # then whatever of the server is still alive, in the group or not.
     try:
@@ -174,7 +179,7 @@ def kill_server(leader: str, shm_before: Path) -> None:
     if left:
         fail(f"processes of the server still alive 20 s after SIGKILL: {left}")
     before = set(shm_before.read_text().split()) if shm_before.exists() else set()
-    new = shm_psm() - before
+    new = (shm_psm() - before) & theirs
     used = shm_in_use()
     gone, kept, freed = [], [], 0
     for name in sorted(new):
