@@ -5,16 +5,19 @@
     e2e.py health URL PID SECONDS
     e2e.py baseline URL PROMPTS MAX_TOKENS OUT
     e2e.py crash URL PROMPTS MAX_TOKENS AFTER LEADER SHM_BEFORE OUT
-    e2e.py kill-at MOEFT WAL_DIR MAX_TOKENS BASELINE TIMED LEADER SHM_BEFORE
+    e2e.py kill-at WAL_DIR MAX_TOKENS BASELINE TIMED LEADER SHM_BEFORE [PART]
     e2e.py kill LEADER SHM_BEFORE
+    e2e.py ident PID
     e2e.py shm-list OUT
     e2e.py prefix BASELINE CRASH
     e2e.py check BASELINE RESUBMIT BLOCK [DAMAGE]
     e2e.py damage MOEFT WAL_DIR MODEL_DIR BLOCKS WORK OUT
 
-A server is the process LEADER that setsid started and every process of
-its process group or session, and every descendant of those (vLLM's
-process titles overwrite their environments, so no variable can mark them).
+LEADER is PID@START (ident: the pid and when it started, so that a pid
+reused since is never taken for the server's).  A server is the process
+that setsid started, every process of its process group or session, and
+every descendant of those (vLLM's process titles overwrite their
+environments, so no variable can mark them).
 Killing one: SIGKILL to each, until none is left, then the psm_* files in
 /dev/shm that its processes mapped or held open just before, that were not
 there before it started (SHM_BEFORE) and that no live process maps or holds
@@ -103,6 +106,20 @@ def stat(pid: int) -> tuple[str, int, int, int] | None:
     return f[0], int(f[1]), int(f[2]), int(f[3])
 
 
+def started(pid: int) -> int:
+    """When pid started (clock ticks since boot); 0 when there is no pid."""
+    try:
+        st = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(st[st.rindex(")") + 2:].split()[19])
+
+
+def cmd_ident(pid: str) -> None:
+    """PID@START, what the kills below take: a pid reused since is left alone."""
+    print(f"{pid}@{started(int(pid))}")
+
+
 def server_pids(leader: int) -> list[int]:
     """Live processes of the server whose process group (and session) setsid
     made for leader: those still in it, and its descendants, which vLLM's
@@ -151,8 +168,14 @@ def shm_in_use(pids: list[int] | None = None) -> set[str]:
     return used
 
 
-def kill_server(leader: str, shm_before: Path) -> None:
+def kill_server(ident: str, shm_before: Path) -> None:
+    """Kill the server that ident (PID@START, cmd_ident) names, unless that
+    pid is another process's by now."""
     t0 = time.monotonic()
+    leader, _, start = ident.partition("@")
+    if (now := started(int(leader))) and now != int(start or 0):
+        say(f"pid {leader} is no longer the server's (another process has it): not killed")
+        return
     # What the server's processes use in /dev/shm, read before the kill: only
     # those are its to remove (another server on the machine may be passing
     # a semaphore between its processes that no process holds right then).
@@ -325,61 +348,40 @@ def cmd_crash(url: str, prompts_file: str, max_tokens: str, after: str, leader: 
              "(a machine too busy?)")
 
 
-def newest_step(moeft: str, wal: str, timeout: float) -> int:
-    """The last step of the newest committed decode window of WAL's logs;
-    -1 when moeft ls does not answer within timeout seconds."""
-    try:
-        r = subprocess.run([moeft, "ls", "--json", wal], capture_output=True, text=True,
-                           timeout=max(timeout, 0.05))
-        logs = json.loads(r.stdout)["logs"]
-    except (subprocess.TimeoutExpired, ValueError, KeyError):
-        return -1
-    return max((int(x.get("last_step", -1)) for x in logs), default=-1)
-
-
-def cmd_kill_at(moeft: str, wal: str, max_tokens: str, baseline_file: str, timed: str,
-                leader: str, shm_before: str) -> None:
-    """Kill the restored server about a quarter of the way through what its
-    restored requests (in WAL.restore, the restore's directory) had left:
-    once its logs (moeft ls) hold a window that far, or once a quarter of
-    the time that should take has passed: of phase c's resubmission of the
-    same state (TIMED, its seconds, when there is that file), else of the
-    steps left at 1.6 x the baseline's time per step.  Neither clock is
-    good alone: on 2 cores shared with anything else the server's speed
-    varied fivefold, and a moeft ls of the live logs took from 0.01 s to
-    5.5 s; vLLM's /metrics answers only once the batch is done.  So the
-    caller checks that the requests were still running."""
+def cmd_kill_at(wal: str, max_tokens: str, baseline_file: str, timed: str, leader: str,
+                shm_before: str, part: str = "4") -> None:
+    """Kill the restored server about 1/PART of the way through what its
+    restored requests (in WAL.restore, the restore's directory) had left,
+    by the clock: 1/PART of the time phase c's resubmission of the same
+    state took (TIMED, its seconds, when there is that file), else of the
+    steps left at 1.6 x the baseline's time per step.  No progress signal
+    served: vLLM's /metrics answers only once the batch is done on 2 cores,
+    and moeft ls of logs a busy server is writing took up to 5 s a call (it
+    answers once the writer pauses).  The clock is no exact one either (the
+    server's speed varies with what else runs), so the caller checks that
+    the requests were still running."""
     restored = Path(wal + ".restore")
-    left, resume = [], 0
+    left = []
     for f in restored.glob("*/requests"):
         left += [int(max_tokens) - (len(r["tokens"]) - r["prompt"])
                  for r in parse_requests(f.read_bytes())]
-    for f in restored.glob("*/manifest.json"):
-        resume = max(resume, int(json.loads(f.read_text())["resume_step"]))
     if not left or min(left) < 96:
         kill_server(leader, Path(shm_before))
         fail(f"the restored requests ({restored}) have {left} tokens left to decode: "
              "too few to crash in between")
-    target = resume + min(left) // 4
     if Path(timed).is_file():
-        deadline = float(Path(timed).read_text()) / 4
+        whole = float(Path(timed).read_text())
+        how = f"1/{part} of phase c's {whole:.1f} s"
     else:
         step_ms = float(json.loads(Path(baseline_file).read_text())["step_ms"])
-        deadline = min(left) / 4 * step_ms * 1.6 / 1000
+        whole = min(left) * step_ms * 1.6 / 1000
+        how = f"1/{part} of {min(left)} steps at 1.6 x the baseline's {step_ms:.1f} ms"
+    delay = whole / int(part)
     urgent()
-    t0 = time.monotonic()
-    step, trace = -1, []
-    while (now := time.monotonic() - t0) < deadline:
-        step = newest_step(moeft, wal, deadline - now)
-        trace.append(f"{now:.2f}+{time.monotonic() - t0 - now:.2f}:{step}")
-        if step >= target:
-            break
-        time.sleep(0.02)
+    time.sleep(delay)
     kill_server(leader, Path(shm_before))
-    why = f"its logs at step {step}" if step >= target else f"the {deadline:.1f} s deadline"
-    say(f"killed the server {time.monotonic() - t0:.1f} s after the resubmission began, at "
-        f"{why} (restored at step {resume}, target {target}; tokens left {left}); "
-        "moeft ls (s from the start + s it took: step) " + " ".join(trace[-8:]))
+    say(f"killed the server {delay:.1f} s after the resubmission began ({how}; tokens left "
+        f"at the restored window {left})")
 
 
 def cmd_check(baseline_file: str, resubmit_file: str, block: str, damage_file: str = "") -> None:
@@ -576,7 +578,7 @@ def main(argv: list[str]) -> None:
     cmds = {"port": cmd_port, "prompts": cmd_prompts, "health": cmd_health,
             "baseline": cmd_baseline, "crash": cmd_crash, "kill-at": cmd_kill_at,
             "kill": lambda leader, shm: kill_server(leader, Path(shm)), "shm-list": cmd_shm_list,
-            "prefix": cmd_prefix,
+            "prefix": cmd_prefix, "ident": cmd_ident,
             "check": cmd_check, "damage": cmd_damage}
     if not argv or argv[0] not in cmds:
         fail(f"usage: e2e.py {'|'.join(cmds)} ARGS (see the docstring)")

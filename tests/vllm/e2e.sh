@@ -21,9 +21,9 @@
 #      restored KV (cached_tokens >= prompt + resumed_from - one block)
 #   d  a second crash: restore (a copy of) b's logs, resubmit, kill the
 #      server about a quarter of the way through what the requests had left
-#      (by its logs or by phase c's time, tests/vllm/e2e.py kill-at),
-#      restore again, resubmit: as c.  When the kill came too late
-#      (resubmit had finished), once more on another copy
+#      (by phase c's time, tests/vllm/e2e.py kill-at), restore again,
+#      resubmit: as c.  When the kill came too late (resubmit had
+#      finished), once more on another copy, at a twelfth
 #   e  damage: flip bits in both store copies of one KV chunk of a
 #      request's block (in a copy of b's logs); the restore says the chunk
 #      is lost, and resubmission recomputes that request from the damaged
@@ -100,10 +100,11 @@ shm_free=$(df --output=avail -m /dev/shm | tail -n 1)
 ((shm_free >= 1024)) ||
 	echo "vllm e2e: warning: only $shm_free MiB free in /dev/shm; vLLM may fail for want of it"
 
-server_pid=
-# Kill what is left of the last server on the way out.
+# The running server: PID@START (e2e.py ident), empty when none.
+running=
+# Kill what is left of it on the way out.
 cleanup() {
-	[[ -n $server_pid ]] && helper kill "$server_pid" "$work/shm-before" >/dev/null 2>&1
+	[[ -n $running ]] && helper kill "$running" "$work/shm-before" >/dev/null 2>&1
 	if ((failed)) || [[ $keep == 1 ]]; then
 		echo "vllm e2e: kept $work and $shm"
 	else
@@ -124,7 +125,7 @@ connector=(--kv-transfer-config "$kv_config")
 
 # start LOG [VAR=VALUE...] -- CMD...: start CMD with those variables in a
 # session and process group of its own (setsid; from a subshell, which
-# leads no group, so setsid does not fork and the group is server_pid's);
+# leads no group, so setsid does not fork and its pid leads the group);
 # wait for it to serve.
 start() {
 	local log=$1 vars=()
@@ -133,19 +134,21 @@ start() {
 	shift
 	helper shm-list "$work/shm-before"
 	( exec setsid env "${vars[@]}" "$@" >"$log" 2>&1 ) &
-	server_pid=$!
+	local pid=$!
 	# Not a job: no "Killed" line from this shell when it is killed (it
 	# is still reaped).
-	disown "$server_pid"
-	if helper health "$url" "$server_pid" 400; then
+	disown "$pid"
+	running=$(helper ident "$pid")
+	if helper health "$url" "$pid" 400; then
 		return 0
 	fi
 	echo "    last lines of $log:"
 	tail -n 25 "$log" | sed 's/^/    | /'
-	helper kill "$server_pid" "$work/shm-before"
+	stop
 	return 1
 }
-stop() { helper kill "$server_pid" "$work/shm-before"; }
+# Kill the server (or what is left of it) and forget it.
+stop() { helper kill "$running" "$work/shm-before"; running=; }
 
 # moeft resubmit, being written: say so instead of running what is not there.
 have_resubmit() {
@@ -231,10 +234,12 @@ if has b; then
 	elif ! start "$work/server-b.log" MOEFT_WAL="$wal/" MOEFT_WAL_SIZE=64M \
 			LD_PRELOAD="$preload" -- "${server[@]}" "${connector[@]}"; then
 		notok "crash" "the server did not come up under the preload (log $work/server-b.log)"
-	elif ! helper crash "$url" "$work/prompts.json" "$max_tokens" "$after" "$server_pid" \
+	elif ! helper crash "$url" "$work/prompts.json" "$max_tokens" "$after" "$running" \
 			"$work/shm-before" "$work/crash.json"; then
+		running=
 		notok "crash" "no kill mid-decode (above)"
 	else
+		running=
 		echo "    the log directory after the kill:"
 		"$moeft" ls "$wal" 2>&1 | sed 's/^/    | /'
 		if ! helper prefix "$work/baseline.json" "$work/crash.json"; then
@@ -265,9 +270,9 @@ if has c; then
 fi
 
 # d. A second crash, during the resubmission, restored the same way.
-# second_crash TRY: restore a copy of b's logs, kill the server during the
-# resubmission, restore again, check.  0 passed, 1 failed, 2 the kill came
-# too late (the requests had finished).
+# second_crash TRY PART: restore a copy of b's logs, kill the server 1/PART
+# of the way through the resubmission, restore again, check.  0 passed, 1
+# failed, 2 the kill came too late (the requests had finished).
 second_crash() {
 	local wal=$shm/wal-d$1 rc resub
 	if ! start "$work/server-d$1-1.log" -- "$moeft" restore --wal "$wal" --preload "$preload" -- \
@@ -278,11 +283,13 @@ second_crash() {
 	"$moeft" resubmit --wal "$wal" --server "$url" --json \
 		>"$work/resubmit-d$1-1.json" 2>"$work/resubmit-d$1-1.err" &
 	resub=$!
-	# About a quarter of the way through what the restored requests had
-	# left (the restore's directory says what), as the logs show it or
-	# the clock says (phase c's time).
-	if ! helper kill-at "$moeft" "$wal" "$max_tokens" "$work/baseline.json" \
-			"$work/resubmit-restore.secs" "$server_pid" "$work/shm-before"; then
+	# 1/PART of the way through what the restored requests had left (the
+	# restore's directory says what), by phase c's time.
+	helper kill-at "$wal" "$max_tokens" "$work/baseline.json" \
+		"$work/resubmit-restore.secs" "$running" "$work/shm-before" "$2"
+	rc=$?
+	running=
+	if ((rc != 0)); then
 		wait "$resub"
 		notok "second crash" "could not time the kill (above)"
 		return 1
@@ -307,10 +314,10 @@ if has d; then
 	elif ! have_resubmit; then
 		notok "second crash" "moeft resubmit missing"
 	else
-		second_crash 1
+		second_crash 1 4
 		if (($? == 2)); then
-			echo "    once more, on the other copy of b's logs"
-			second_crash 2
+			echo "    once more, on the other copy of b's logs, killed sooner"
+			second_crash 2 12
 			(($? == 2)) &&
 				notok "second crash" "the resubmitted requests finished before the kill, twice"
 		fi
