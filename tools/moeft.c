@@ -9,8 +9,8 @@
 #include "cli.h"
 
 static const struct cli_command *const commands[] = {
-	&cmd_verify, &cmd_inspect, &cmd_restore, &cmd_resubmit, &cmd_run, &cmd_ls, &cmd_demo,
-	&cmd_bench,
+	&cmd_verify, &cmd_inspect, &cmd_restore, &cmd_resubmit, &cmd_run, &cmd_gateway,
+	&cmd_ls, &cmd_demo, &cmd_bench,
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

@@ -25,13 +25,12 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "http.h"
 #include "json.h"
 #include "plan.h"
 #include "reqindex.h"
 
 #define RESUBMIT_THREADS 64
-#define REPLY_MAX (64u << 20)           /* bytes of one server reply */
-#define HEALTH_POLL_NS 500000000L
 
 /* One request to send again, and what became of it. */
 struct job {
@@ -54,109 +53,13 @@ struct resubmit {
 	size_t nidx;
 };
 
-struct reply {
-	char *data;
-	size_t len;
-};
-
-static size_t take(char *p, size_t size, size_t n, void *arg)
-{
-	struct reply *b = arg;
-	size_t len = size * n;
-	char *grown;
-
-	if (len > REPLY_MAX - b->len || !(grown = realloc(b->data, b->len + len + 1)))
-		return 0;	/* curl fails the transfer */
-	memcpy(grown + b->len, p, len);
-	b->len += len;
-	grown[b->len] = '\0';
-	b->data = grown;
-	return len;
-}
-
-/* GET (body NULL) or POST url; the HTTP status (0: no answer) with the
- * reply in *out, or -1 with err. */
-static long http(const char *url, const char *body, long timeout_s, struct reply *out,
-		 char *err, size_t errlen)
-{
-	char curl_err[CURL_ERROR_SIZE] = "";
-	struct curl_slist *hdr = NULL;
-	CURL *c = curl_easy_init();
-	long status = 0;
-	CURLcode rc;
-
-	*out = (struct reply){ 0 };
-	if (!c) {
-		snprintf(err, errlen, "libcurl: out of memory");
-		return -1;
-	}
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, take);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, curl_err);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 5L);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout_s);
-	if (body) {
-		hdr = curl_slist_append(NULL, "Content-Type: application/json");
-		curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-	}
-	rc = curl_easy_perform(c);
-	if (rc == CURLE_OK)
-		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-	else
-		snprintf(err, errlen, "%s: %s", url, curl_err[0] ? curl_err : curl_easy_strerror(rc));
-	curl_slist_free_all(hdr);
-	curl_easy_cleanup(c);
-	return rc == CURLE_OK ? status : -1;
-}
-
-/* The server's base URL + path into buf. */
-static const char *url_of(char *buf, size_t len, const char *server, const char *path)
-{
-	snprintf(buf, len, "%s%s", server, path);
-	return buf;
-}
-
-static double now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + t.tv_nsec / 1e9;
-}
-
-/* Until the server's /health answers 200, or timeout_s pass. */
-static int wait_healthy(const char *server, double timeout_s, char *err, size_t errlen)
-{
-	const struct timespec pause = { 0, HEALTH_POLL_NS };
-	double until = now() + timeout_s;
-	char url[PATH_MAX];
-	struct reply r;
-	long st;
-
-	url_of(url, sizeof url, server, "/health");
-	for (;;) {
-		st = http(url, NULL, 5, &r, err, errlen);
-		free(r.data);
-		if (st == 200)
-			return 0;
-		if (st > 0)
-			snprintf(err, errlen, "%s: HTTP %ld", url, st);
-		if (now() >= until)
-			return -1;
-		nanosleep(&pause, NULL);
-	}
-}
-
 /* The first model the server lists at /v1/models, into out. */
 static int served_model(const char *server, char *out, size_t len, char *err, size_t errlen)
 {
 	char url[PATH_MAX];
-	struct reply r;
+	struct http_reply r;
 	json_t *root = NULL, *id;
-	long st = http(url_of(url, sizeof url, server, "/v1/models"), NULL, 30, &r, err, errlen);
+	long st = http_request(http_url(url, sizeof url, server, "/v1/models"), NULL, 30, &r, err, errlen);
 	int ret = -1;
 
 	if (st > 0 && st != 200)
@@ -221,7 +124,7 @@ static char *body_of(const struct resubmit *rs, struct job *j)
 }
 
 /* The server's answer to job j into it. */
-static void read_answer(struct job *j, const struct reply *b)
+static void read_answer(struct job *j, const struct http_reply *b)
 {
 	json_t *root = json_loadb(b->data ? b->data : "", b->len, 0, NULL);
 	json_t *choice = json_array_get(json_object_get(root, "choices"), 0);
@@ -248,11 +151,11 @@ static void *worker(void *arg)
 	char url[PATH_MAX], err[256];
 	size_t i;
 
-	url_of(url, sizeof url, rs->server, "/v1/completions");
+	http_url(url, sizeof url, rs->server, "/v1/completions");
 	while ((i = atomic_fetch_add(&rs->next, 1)) < rs->njobs) {
 		struct job *j = &rs->jobs[i];
 		char *body = body_of(rs, j);
-		struct reply b;
+		struct http_reply b;
 		long st;
 
 		if (!body && j->done) {	/* complete as it was */
@@ -262,7 +165,7 @@ static void *worker(void *arg)
 		}
 		if (!body)
 			continue;
-		st = http(url, body, 0, &b, err, sizeof err);
+		st = http_request(url, body, 0, &b, err, sizeof err);
 		if (st < 0)
 			snprintf(j->error, sizeof j->error, "%s", err);
 		else if (st != 200)
@@ -456,7 +359,7 @@ static int resubmit(const struct cli_command *cmd, int argc, char **argv)
 		ret = cli_fail(cmd, o.json, EXIT_USAGE, "libcurl cannot start");
 		goto done;
 	}
-	if (wait_healthy(server, timeout, err, sizeof err) < 0) {
+	if (http_wait_healthy(server, timeout, err, sizeof err) < 0) {
 		ret = cli_fail(cmd, o.json, EXIT_BAD, "the server did not become healthy in %.0f s: "
 			       "%s", timeout, err);
 		goto cleanup;

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""fake_stream.py - a stand-in engine server that streams, for gateway.sh.
+
+Usage: fake_stream.py PORT LOG CRASH_FILE
+
+Serves 127.0.0.1:PORT like vLLM's OpenAI server: /health, /v1/models
+("tiny") and /v1/completions, streaming (SSE, with token_ids per event,
+prompt_token_ids in the first, a usage event when asked) or not.  Its
+"model" is deterministic: a string prompt's token ids are its bytes, and
+each next token is a function of the two before, so a request sent again
+as prompt plus generated tokens goes on exactly where it stopped.  Each
+request body is appended to LOG as one line, and "cancelled" when the
+client went away mid-stream.  When CRASH_FILE holds a number K, the
+process dies (os._exit) once it has streamed K tokens while the file was
+there, removing the file first: a crash in mid-decode.
+"""
+import json
+import os
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from threading import Lock
+
+lock = Lock()
+streamed = 0  # tokens streamed while the crash file was there
+
+
+def next_token(ids: list[int]) -> int:
+    a = ids[-1] if ids else 1
+    b = ids[-2] if len(ids) > 1 else 2
+    return (a * 7 + b * 3 + 11) % 1000
+
+
+def note(line: str) -> None:
+    with lock, open(sys.argv[2], "a") as log:
+        log.write(line + "\n")
+
+
+def crash_point() -> int | None:
+    try:
+        with open(sys.argv[3]) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def reply(self, status: int, obj: object) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path == "/health":
+            self.reply(200, {})
+        elif self.path == "/v1/models":
+            self.reply(200, {"object": "list", "data": [{"id": "tiny"}]})
+        else:
+            self.reply(404, {})
+
+    def do_POST(self) -> None:
+        global streamed
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        note(raw.decode())
+        req = json.loads(raw)
+        if self.path != "/v1/completions":
+            self.reply(404, {})
+            return
+        if not isinstance(req.get("max_tokens", 16), int) or req.get("max_tokens", 16) < 1:
+            self.reply(400, {"error": {"message": "max_tokens must be at least 1"}})
+            return
+        prompt = req["prompt"]
+        ids = list(prompt.encode()) if isinstance(prompt, str) else list(prompt)
+        n = req.get("max_tokens", 16)
+        want_ids = req.get("return_token_ids", False)
+        rid = "cmpl-%d" % time.monotonic_ns()
+        gen: list[int] = []
+        for _ in range(n):
+            gen.append(next_token(ids + gen))
+        if not req.get("stream"):
+            self.reply(200, {"id": rid, "object": "text_completion", "choices": [{
+                "index": 0, "text": "".join(" t%d" % t for t in gen),
+                "finish_reason": "length", "token_ids": gen if want_ids else None}],
+                "usage": {"prompt_tokens": len(ids), "completion_tokens": n}})
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        try:
+            for i, t in enumerate(gen):
+                choice = {"index": 0, "text": " t%d" % t, "logprobs": None,
+                          "finish_reason": "length" if i == n - 1 else None,
+                          "stop_reason": None}
+                if want_ids:
+                    choice["token_ids"] = [t]
+                    if i == 0:
+                        choice["prompt_token_ids"] = ids
+                ev = {"id": rid, "object": "text_completion", "model": "tiny",
+                      "choices": [choice]}
+                self.wfile.write(b"data: " + json.dumps(ev).encode() + b"\n\n")
+                self.wfile.flush()
+                with lock:
+                    k = crash_point()
+                    streamed += k is not None
+                    if k is not None and streamed >= k:
+                        os.unlink(sys.argv[3])
+                        os._exit(9)
+                time.sleep(0.02)
+            if (req.get("stream_options") or {}).get("include_usage"):
+                ev = {"id": rid, "object": "text_completion", "model": "tiny", "choices": [],
+                      "usage": {"prompt_tokens": len(ids), "completion_tokens": n,
+                                "total_tokens": len(ids) + n,
+                                "prompt_tokens_details": {"cached_tokens": len(ids) - 1}}}
+                self.wfile.write(b"data: " + json.dumps(ev).encode() + b"\n\n")
+            self.wfile.write(b"data: [DONE]\n\n")
+        except (BrokenPipeError, ConnectionResetError):
+            note("cancelled")
+
+
+server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+server.daemon_threads = True
+server.serve_forever()

@@ -1,0 +1,148 @@
+#!/bin/bash
+# gateway.sh - moeft gateway in front of a stand-in engine server
+# (fake_stream.py) that really dies mid-stream (os._exit) and is started
+# again on its port: 6 streaming clients and 2 non-streaming ones get
+# exactly the text of an uninterrupted run, status 200, no error, and
+# the requests sent again are prompt + generated tokens with the rest of
+# max_tokens; a crash with no server coming back gives each client an
+# error event within --wait; malformed, oversized and misdirected
+# requests get 400, 413, 404; a server's refusal is passed on; a client
+# that leaves mid-stream cancels its request on the server.
+#
+# Usage: gateway.sh MOEFT FAKE_STREAM CLIENT
+set -u
+
+moeft=$1 fake=$2 client=$3
+dir=$(mktemp -d)
+pids=
+cleanup() {
+	[ -n "$pids" ] && kill $pids 2>/dev/null
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+
+fail() {
+	echo "tools gateway.sh: $*" >&2
+	exit 1
+}
+
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Wait until URL answers (any status).
+wait_up() {
+	for _ in $(seq 200); do
+		python3 -c "import urllib.request, sys
+try: urllib.request.urlopen(sys.argv[1], timeout=1)
+except urllib.error.HTTPError: pass
+except Exception: sys.exit(1)" "$1" && return 0
+		sleep 0.05
+	done
+	fail "$1 does not answer"
+}
+
+start_fake() {
+	python3 "$fake" "$port" "$dir/log" "$dir/crash" &
+	fake_pid=$!
+	pids="$pids $fake_pid"
+	wait_up "http://127.0.0.1:$port/health"
+}
+
+port=$(free_port) gport=$(free_port)
+start_fake
+"$moeft" gateway --listen "127.0.0.1:$gport" --backend "http://127.0.0.1:$port" --wait 20 \
+	--max-body 4096 2>"$dir/gw.err" &
+gw=$!
+pids="$pids $gw"
+g="http://127.0.0.1:$gport"
+wait_up "$g/health"
+
+# status_of METHOD PATH [BODY]: the gateway's HTTP status.
+status_of() {
+	python3 - "$g" "$@" <<'PY'
+import http.client, sys
+from urllib.parse import urlparse
+u = urlparse(sys.argv[1])
+c = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+c.request(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None,
+          {"Content-Type": "application/json"})
+print(c.getresponse().status)
+PY
+}
+
+# The uninterrupted run, then the same with the server killed mid-stream
+# and started again a second later.
+python3 "$client" "$g" 6 30 stream >"$dir/want.stream" || fail "the client failed"
+python3 "$client" "$g" 2 30 whole >"$dir/want.whole" || fail "the client failed"
+grep -qv '"status": 200' "$dir/want.stream" "$dir/want.whole" &&
+	fail "the uninterrupted run: $(cat "$dir/want.stream" "$dir/want.whole")"
+: >"$dir/log"
+echo 40 >"$dir/crash"
+python3 "$client" "$g" 6 30 stream >"$dir/got.stream" &
+c1=$!
+python3 "$client" "$g" 2 30 whole >"$dir/got.whole" &
+c2=$!
+wait $fake_pid
+[ -e "$dir/crash" ] && fail "the server did not crash"
+sleep 1
+start_fake
+wait $c1 && wait $c2 || fail "a client failed"
+strip() { sed 's/, "comments": [0-9]*//' "$1"; }
+cmp -s <(strip "$dir/want.stream") <(strip "$dir/got.stream") ||
+	fail "streaming clients: $(cat "$dir/got.stream"), want $(cat "$dir/want.stream")"
+cmp -s "$dir/want.whole" "$dir/got.whole" ||
+	fail "non-streaming clients: $(cat "$dir/got.whole"), want $(cat "$dir/want.whole")"
+# Each request sent again: its prompt's token ids plus the generated ones,
+# their count plus max_tokens the original prompt's plus 30.
+python3 - "$dir/log" <<'PY' || fail "the requests sent again are not continuations"
+import json, sys
+again = 0
+for line in open(sys.argv[1]):
+    if not line.startswith("{"):
+        continue
+    r = json.loads(line)
+    if isinstance(r["prompt"], list):
+        prompt = bytes(r["prompt"][:8]).decode()
+        assert prompt.startswith("prompt "), r
+        assert len(r["prompt"]) + r["max_tokens"] == 8 + 30, r
+        assert r["echo"] is False and r["return_token_ids"] is True, r
+        again += 1
+assert again == 8, "%d requests were sent again, not 8" % again
+print("gateway.sh: %d requests sent again" % again)
+PY
+
+# Malformed, oversized, misdirected; the server's own refusal passed on.
+[ "$(status_of POST /v1/completions '{"prompt":')" = 400 ] || fail "malformed JSON: not 400"
+[ "$(status_of POST /v1/completions '{"prompt":"a","n":2}')" = 400 ] || fail "n 2: not 400"
+[ "$(status_of POST /v1/completions "{\"prompt\":\"$(head -c 5000 /dev/zero | tr '\0' a)\"}")" = 413 ] ||
+	fail "a body over --max-body: not 413"
+[ "$(status_of GET /v1/other)" = 404 ] || fail "an unknown path: not 404"
+[ "$(status_of GET /v1/completions)" = 405 ] || fail "GET of completions: not 405"
+[ "$(status_of POST /v1/completions '{"prompt":"a","max_tokens":0}')" = 400 ] ||
+	fail "the server's 400 was not passed on"
+[ "$(status_of GET /v1/models)" = 200 ] || fail "/v1/models: not 200"
+
+# A client that leaves mid-stream: the server sees its request cancelled.
+: >"$dir/log"
+python3 "$client" "$g" 1 100 stream 3 >/dev/null || fail "the leaving client failed"
+for _ in $(seq 100); do
+	grep -q '^cancelled$' "$dir/log" && break
+	sleep 0.05
+done
+grep -q '^cancelled$' "$dir/log" || fail "a client left, its request was not cancelled"
+
+# The server dies for good: each client gets an error event within --wait.
+kill "$gw"
+wait "$gw" 2>/dev/null
+"$moeft" gateway --listen "127.0.0.1:$gport" --backend "http://127.0.0.1:$port" --wait 2 \
+	2>"$dir/gw2.err" &
+gw=$!
+pids="$pids $gw"
+wait_up "$g/health"
+echo 5 >"$dir/crash"
+python3 "$client" "$g" 2 30 stream >"$dir/dead" || fail "the client failed"
+[ "$(grep -c '"message": "the server did not come back within 2 s (--wait)"' "$dir/dead")" = 2 ] ||
+	fail "a server gone for good: $(cat "$dir/dead")"
+[ "$(status_of GET /health)" = 503 ] || fail "/health with no server: not 503"
+echo "tools gateway.sh: a crash mid-stream unnoticed by 8 clients, errors and limits as said"

@@ -1,0 +1,101 @@
+/*
+ * http.c - requests to an engine's server (http.h).
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <curl/curl.h>
+
+#include "http.h"
+
+#define HEALTH_POLL_NS 500000000L
+
+static size_t take(char *p, size_t size, size_t n, void *arg)
+{
+	struct http_reply *b = arg;
+	size_t len = size * n;
+	char *grown;
+
+	if (len > HTTP_REPLY_MAX - b->len || !(grown = realloc(b->data, b->len + len + 1)))
+		return 0;	/* curl fails the transfer */
+	memcpy(grown + b->len, p, len);
+	b->len += len;
+	grown[b->len] = '\0';
+	b->data = grown;
+	return len;
+}
+
+long http_request(const char *url, const char *body, long timeout_s, struct http_reply *out,
+		  char *err, size_t errlen)
+{
+	char curl_err[CURL_ERROR_SIZE] = "";
+	struct curl_slist *hdr = NULL;
+	CURL *c = curl_easy_init();
+	long status = 0;
+	CURLcode rc;
+
+	*out = (struct http_reply){ 0 };
+	if (!c) {
+		snprintf(err, errlen, "libcurl: out of memory");
+		return -1;
+	}
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, take);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, curl_err);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 5L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout_s);
+	if (body) {
+		hdr = curl_slist_append(NULL, "Content-Type: application/json");
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	}
+	rc = curl_easy_perform(c);
+	if (rc == CURLE_OK)
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	else
+		snprintf(err, errlen, "%s: %s", url, curl_err[0] ? curl_err : curl_easy_strerror(rc));
+	curl_slist_free_all(hdr);
+	curl_easy_cleanup(c);
+	return rc == CURLE_OK ? status : -1;
+}
+
+const char *http_url(char *buf, size_t len, const char *server, const char *path)
+{
+	snprintf(buf, len, "%s%s", server, path);
+	return buf;
+}
+
+static double now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+int http_wait_healthy(const char *server, double timeout_s, char *err, size_t errlen)
+{
+	const struct timespec pause = { 0, HEALTH_POLL_NS };
+	double until = now() + timeout_s;
+	char url[PATH_MAX];
+	struct http_reply r;
+	long st;
+
+	http_url(url, sizeof url, server, "/health");
+	for (;;) {
+		st = http_request(url, NULL, 5, &r, err, errlen);
+		free(r.data);
+		if (st == 200)
+			return 0;
+		if (st > 0)
+			snprintf(err, errlen, "%s: HTTP %ld", url, st);
+		if (now() >= until)
+			return -1;
+		nanosleep(&pause, NULL);
+	}
+}
