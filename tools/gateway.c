@@ -191,6 +191,12 @@ static void on_event(struct flight *f, const char *data)
 
 	if (!strcmp(data, "[DONE]") || !(ev = json_loads(data, 0, NULL)))
 		return;		/* the gateway ends the stream itself */
+	if (json_object_get(ev, "error")) {
+		/* A server failing mid-answer (vLLM: its engine died): the
+		 * request is sent again, or the client told the gateway's end. */
+		json_decref(ev);
+		return;
+	}
 	if (!f->id && (v = json_object_get(ev, "id")))
 		f->id = json_incref(v);
 	else if (f->id)
@@ -322,12 +328,13 @@ static void broke(struct flight *f)
 {
 	size_t gen = json_array_size(f->generated);
 
-	if (f->max_tokens >= 0 && gen >= (size_t)f->max_tokens) {
+	if (f->max_tokens >= 0 && gen && gen >= (size_t)f->max_tokens) {
 		f->finish = json_string("length");	/* only its last event was lost */
 		f->phase = FINISHED;
-	} else if (gen && !f->prompt_ids) {
-		snprintf(f->error, sizeof f->error, "the server failed, and it gave no prompt "
-			 "token ids to send the request again with");
+	} else if ((gen || f->text.len) && (!gen || !f->prompt_ids)) {
+		/* Sent again without them, the client would get its text twice. */
+		snprintf(f->error, sizeof f->error, "the server failed, and it gave no token ids "
+			 "to send the request again with");
 		f->phase = FINISHED;
 	} else if (f->moves >= f->gw->migrations) {
 		snprintf(f->error, sizeof f->error, "the server failed %u times during this "

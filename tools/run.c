@@ -233,29 +233,38 @@ static int next_signal(struct run *r)
 
 /*
  * After the server's main process ended: the rest of its processes get
- * grace_s to go on their own (a crash: none), then SIGKILL, and moeft run
- * waits until they are gone.  A second stop signal cuts the grace.
+ * grace_s to go on their own (a crash: none), then SIGKILL, again at each
+ * look (a process may fork or be orphaned to us meanwhile), until they
+ * are gone or their count stayed KILL_WAIT_S.  A stop signal cuts the
+ * grace, and stops moeft run once they are gone.
  */
 static void end_server(struct run *r, double grace_s)
 {
-	double t = now(), deadline = t + grace_s, give_up = 0;
+	double deadline = now() + grace_s, since = 0;
+	size_t alive, before = 0;
 	int sig;
 
-	while (server_processes(r, 0)) {
-		t = now();
-		if (!give_up && t >= deadline) {
+	while ((alive = server_processes(r, 0))) {
+		double t = now();
+
+		if (t >= deadline) {
 			server_processes(r, SIGKILL);
-			give_up = t + KILL_WAIT_S;
-		} else if (give_up && t >= give_up) {
-			fprintf(stderr, "moeft run: %zu processes of %s do not go after SIGKILL; "
-				"going on without them\n", server_processes(r, 0), r->cmdv[0]);
-			break;
+			if (alive != before)
+				since = t;
+			before = alive;
+			if (t - since >= KILL_WAIT_S) {
+				fprintf(stderr, "moeft run: %zu processes of %s do not go after SIGKILL; "
+					"going on without them\n", alive, r->cmdv[0]);
+				break;
+			}
 		}
 		sig = next_signal(r);
-		if (sig == SIGCHLD)
+		if (sig == SIGCHLD) {
 			reap(r);
-		else if (sig == SIGTERM || sig == SIGINT)
+		} else if (sig == SIGTERM || sig == SIGINT) {
+			r->stopping = r->stopping ? r->stopping : sig;
 			deadline = 0;
+		}
 	}
 	reap(r);
 }

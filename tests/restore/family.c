@@ -5,7 +5,8 @@
  * (psm_*); another leaves the group (setsid), as a daemonising helper
  * would.  Then all three wait to be killed.
  *
- * Usage: family PIDS   (PIDS gets "GROUP_CHILD ESCAPED_CHILD SHM_NAME")
+ * Usage: family PIDS   (PIDS gets "GROUP_CHILD ESCAPED_CHILD SHM_NAME",
+ *                      once the file's pages are written)
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -26,8 +27,9 @@ int main(int argc, char **argv)
 {
 	char shm[64], path[96], tmp[4096];
 	pid_t group, escaped;
+	int fd, ready[2];
 	FILE *f;
-	int fd;
+	char c;
 
 	if (argc != 2 || strlen(argv[1]) + 8 > sizeof tmp) {
 		fprintf(stderr, "usage: family PIDS\n");
@@ -37,7 +39,7 @@ int main(int argc, char **argv)
 	snprintf(path, sizeof path, "/dev/shm/%s", shm);
 	if ((fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
 		die(path);
-	if (ftruncate(fd, SIZE) < 0)
+	if (ftruncate(fd, SIZE) < 0 || pipe(ready) < 0)
 		die("ftruncate");
 	if ((group = fork()) == 0) {
 		char *p = mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -46,10 +48,15 @@ int main(int argc, char **argv)
 			die("mmap");
 		memset(p, 1, SIZE);	/* pages the kill would leave behind */
 		close(fd);
+		if (write(ready[1], "r", 1) != 1)
+			die("write");
 		for (;;)
 			pause();
 	}
 	close(fd);
+	close(ready[1]);
+	if (group < 0 || read(ready[0], &c, 1) != 1)
+		die("the grouped child");
 	if ((escaped = fork()) == 0) {
 		setsid();
 		for (;;)

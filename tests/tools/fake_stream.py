@@ -10,9 +10,10 @@ prompt_token_ids in the first, a usage event when asked) or not.  Its
 each next token is a function of the two before, so a request sent again
 as prompt plus generated tokens goes on exactly where it stopped.  Each
 request body is appended to LOG as one line, and "cancelled" when the
-client went away mid-stream.  When CRASH_FILE holds a number K, the
-process dies (os._exit) once it has streamed K tokens while the file was
-there, removing the file first: a crash in mid-decode.
+client went away mid-stream.  When CRASH_FILE holds "K N", the process
+dies (os._exit) once it has streamed K tokens while the file was there
+and N streams are running, removing the file first: a crash in
+mid-decode of N requests.
 """
 import json
 import os
@@ -23,6 +24,7 @@ from threading import Lock
 
 lock = Lock()
 streamed = 0  # tokens streamed while the crash file was there
+running = 0   # streams in progress
 
 
 def next_token(ids: list[int]) -> int:
@@ -36,10 +38,11 @@ def note(line: str) -> None:
         log.write(line + "\n")
 
 
-def crash_point() -> int | None:
+def crash_point() -> tuple[int, int] | None:
     try:
         with open(sys.argv[3]) as f:
-            return int(f.read())
+            k, n = f.read().split()
+            return int(k), int(n)
     except (OSError, ValueError):
         return None
 
@@ -65,7 +68,7 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(404, {})
 
     def do_POST(self) -> None:
-        global streamed
+        global streamed, running
         raw = self.rfile.read(int(self.headers["Content-Length"]))
         note(raw.decode())
         req = json.loads(raw)
@@ -92,6 +95,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
+        with lock:
+            running += 1
         try:
             for i, t in enumerate(gen):
                 choice = {"index": 0, "text": " t%d" % t, "logprobs": None,
@@ -108,7 +113,7 @@ class Handler(BaseHTTPRequestHandler):
                 with lock:
                     k = crash_point()
                     streamed += k is not None
-                    if k is not None and streamed >= k:
+                    if k is not None and streamed >= k[0] and running >= k[1]:
                         os.unlink(sys.argv[3])
                         os._exit(9)
                 time.sleep(0.02)
@@ -121,6 +126,9 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"data: [DONE]\n\n")
         except (BrokenPipeError, ConnectionResetError):
             note("cancelled")
+        finally:
+            with lock:
+                running -= 1
 
 
 server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)

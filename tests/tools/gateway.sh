@@ -78,7 +78,7 @@ python3 "$client" "$g" 2 30 whole >"$dir/want.whole" || fail "the client failed"
 grep -qv '"status": 200' "$dir/want.stream" "$dir/want.whole" &&
 	fail "the uninterrupted run: $(cat "$dir/want.stream" "$dir/want.whole")"
 : >"$dir/log"
-echo 40 >"$dir/crash"
+echo "40 8" >"$dir/crash"
 python3 "$client" "$g" 6 30 stream >"$dir/got.stream" &
 c1=$!
 python3 "$client" "$g" 2 30 whole >"$dir/got.whole" &
@@ -140,7 +140,7 @@ wait "$gw" 2>/dev/null
 gw=$!
 pids="$pids $gw"
 wait_up "$g/health"
-echo 5 >"$dir/crash"
+echo "5 1" >"$dir/crash"
 python3 "$client" "$g" 2 30 stream >"$dir/dead" || fail "the client failed"
 [ "$(grep -c '"message": "the server did not come back within 2 s (--wait)"' "$dir/dead")" = 2 ] ||
 	fail "a server gone for good: $(cat "$dir/dead")"
