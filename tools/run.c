@@ -14,12 +14,17 @@
  * moeft run's to kill and to reap, even when it left the process group.
  * Signals are taken synchronously (sigtimedwait), so no handler runs and
  * the loop stays single-threaded, which the fork of each start needs.
+ *
+ * With --gateway, moeft gateway runs beside the server as another child,
+ * outside its process group: the server's crash does not touch it, and it
+ * is started again when it dies.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +64,14 @@ struct run {
 	double deadline;	/* while stopping: when its group gets SIGKILL */
 	struct leftovers left;
 	sigset_t signals;	/* the ones taken by sigtimedwait */
+	const char *gateway;	/* --gateway HOST:PORT; NULL: none */
+	char backend[320];	/* the server's URL, for the gateway */
+	pid_t gw;		/* the gateway's process; 0: none */
+	int gw_status, gw_ended;
+	int failed;		/* an exit status that overrides CMD's */
 };
+
+extern char **environ;
 
 static double now(void)
 {
@@ -179,7 +191,7 @@ static int start(struct run *r, int fresh)
 }
 
 struct group {
-	pid_t pgid, self;
+	pid_t pgid, self, gateway;
 	int sig;		/* sent to each; 0: only counted */
 	size_t alive;
 };
@@ -190,7 +202,8 @@ static int of_server(const struct proc_info *p, void *arg)
 {
 	struct group *g = arg;
 
-	if (p->state != 'Z' && p->pid != g->self && (p->pgrp == g->pgid || p->ppid == g->self)) {
+	if (p->state != 'Z' && p->pid != g->self && p->pid != g->gateway &&
+	    (p->pgrp == g->pgid || p->ppid == g->self)) {
 		g->alive++;
 		if (g->sig)
 			kill(p->pid, g->sig);
@@ -201,7 +214,7 @@ static int of_server(const struct proc_info *p, void *arg)
 /* How many of the server's processes live; sig sent to each (0: none). */
 static size_t server_processes(const struct run *r, int sig)
 {
-	struct group g = { r->pid, getpid(), sig, 0 };
+	struct group g = { r->pid, getpid(), r->gw, sig, 0 };
 
 	procs_each(of_server, &g);
 	return g.alive;
@@ -217,6 +230,10 @@ static void reap(struct run *r)
 		if (pid == r->pid) {
 			r->status = status;
 			r->ended = 1;
+		} else if (pid == r->gw) {
+			r->gw_status = status;
+			r->gw_ended = 1;
+			r->gw = 0;
 		}
 }
 
@@ -269,6 +286,100 @@ static void end_server(struct run *r, double grace_s)
 	reap(r);
 }
 
+/* The server's URL for the gateway: --backend, else what CMD's --host
+ * and --port say (vLLM's and SGLang's flags), 127.0.0.1 for a wildcard
+ * host, port 8000 (vLLM's) when none. */
+static void backend_of(struct run *r, const char *given)
+{
+	const char *host = "127.0.0.1", *port = "8000";
+
+	if (given) {
+		snprintf(r->backend, sizeof r->backend, "%s", given);
+		return;
+	}
+	for (char **a = r->cmdv + 1; *a; a++) {
+		if (!strcmp(*a, "--port") && a[1])
+			port = *++a;
+		else if (!strncmp(*a, "--port=", 7))
+			port = *a + 7;
+		else if (!strcmp(*a, "--host") && a[1])
+			host = *++a;
+		else if (!strncmp(*a, "--host=", 7))
+			host = *a + 7;
+	}
+	if (!*host || !strcmp(host, "0.0.0.0") || !strcmp(host, "::"))
+		host = "127.0.0.1";
+	snprintf(r->backend, sizeof r->backend, strchr(host, ':') ? "http://[%.200s]:%.16s" :
+		 "http://%.200s:%.16s", host, port);
+}
+
+/* moeft gateway --listen GATEWAY --backend URL, with no signal blocked. */
+static int start_gateway(struct run *r)
+{
+	char *argv[] = { "moeft", "gateway", "--listen", (char *)r->gateway, "--backend",
+			 r->backend, NULL };
+	posix_spawnattr_t at;
+	sigset_t none;
+	int err;
+
+	sigemptyset(&none);
+	if ((err = posix_spawnattr_init(&at)))
+		return err;
+	err = posix_spawnattr_setsigmask(&at, &none);
+	if (!err)
+		err = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK);
+	if (!err)
+		err = posix_spawn(&r->gw, "/proc/self/exe", NULL, &at, argv, environ);
+	posix_spawnattr_destroy(&at);
+	r->gw_ended = 0;
+	return err;
+}
+
+/* The gateway died: started again, unless it could not start at all
+ * (its address: status 2), which stops the server and moeft run. */
+static void gateway_ended(struct run *r)
+{
+	char how[64];
+	int err;
+
+	r->gw_ended = 0;
+	if (r->stopping)
+		return;
+	child_how(how, sizeof how, r->gw_status);
+	if (WIFEXITED(r->gw_status) && WEXITSTATUS(r->gw_status) == EXIT_USAGE) {
+		fprintf(stderr, "moeft run: the gateway could not serve (above); stopping %s\n",
+			r->cmdv[0]);
+	} else if ((err = start_gateway(r))) {
+		fprintf(stderr, "moeft run: the gateway %s, and cannot be started again: %s; "
+			"stopping %s\n", how, strerror(err), r->cmdv[0]);
+	} else {
+		fprintf(stderr, "moeft run: the gateway %s; started it again\n", how);
+		return;
+	}
+	r->failed = EXIT_USAGE;
+	r->stopping = SIGTERM;
+	r->deadline = now() + r->grace_s;
+	kill(r->pid, SIGTERM);
+}
+
+/* The gateway, if any, stopped: SIGTERM, SIGKILL after --grace. */
+static void stop_gateway(struct run *r)
+{
+	double until = now() + r->grace_s;
+
+	if (!r->gw)
+		return;
+	kill(r->gw, SIGTERM);
+	while (r->gw && now() < until)
+		if (next_signal(r) == SIGCHLD)
+			reap(r);
+	if (r->gw) {
+		kill(r->gw, SIGKILL);
+		child_wait(r->gw);
+		r->gw = 0;
+	}
+}
+
 /* Whether one more restart stays within --max-restarts per --window;
  * counted when it does. */
 static int may_restart(struct run *r)
@@ -318,6 +429,8 @@ static int supervise(struct run *r)
 			leftovers_note(&r->left, r->pid);
 			noted = t;
 		}
+		if (r->gw_ended)
+			gateway_ended(r);
 		if (!r->ended)
 			continue;
 
@@ -332,7 +445,7 @@ static int supervise(struct run *r)
 				"left in /dev/shm\n", removed, removed == 1 ? "" : "s",
 				cli_fmt_bytes(size, sizeof size, bytes));
 		if (!WIFSIGNALED(r->status) || r->stopping)
-			return passed_on(r->status);
+			return r->failed ? r->failed : passed_on(r->status);
 		child_how(how, sizeof how, r->status);
 		if (!may_restart(r)) {
 			fprintf(stderr, "moeft run: %s (pid %d) %s, and was restarted %zu times "
@@ -361,6 +474,8 @@ static int run_main(const struct cli_command *cmd, int argc, char **argv)
 		{ "max-restarts", required_argument, NULL, 'm' },
 		{ "window", required_argument, NULL, 'W' },
 		{ "grace", required_argument, NULL, 'g' },
+		{ "gateway", required_argument, NULL, 'G' },
+		{ "backend", required_argument, NULL, 'b' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -368,7 +483,7 @@ static int run_main(const struct cli_command *cmd, int argc, char **argv)
 	struct run r = { .cmd = cmd, .max_restarts = DEFAULT_RESTARTS,
 			 .window_s = DEFAULT_WINDOW_S, .grace_s = DEFAULT_GRACE_S };
 	char preload[PATH_MAX], msg[PATH_MAX + 128];
-	const char *wal = NULL;
+	const char *wal = NULL, *backend = NULL;
 	int c, fresh = 0, ret;
 
 	while ((c = cli_getopt(&o, argc, argv, opts)) != -1) {
@@ -380,6 +495,8 @@ static int run_main(const struct cli_command *cmd, int argc, char **argv)
 			  break;
 		case 'W': cli_parse_double(&o, "--window", optarg, 1, 1e7, &r.window_s); break;
 		case 'g': cli_parse_double(&o, "--grace", optarg, 0, 3600, &r.grace_s); break;
+		case 'G': r.gateway = optarg; break;
+		case 'b': backend = optarg; break;
 		case 'h': cli_print_usage(cmd, stdout); return EXIT_OK;
 		}
 	}
@@ -392,6 +509,10 @@ static int run_main(const struct cli_command *cmd, int argc, char **argv)
 		cli_usage_error(&o, "a command to run is required after \"--\"");
 	if (wal)
 		cli_path_opt(&o, "--wal", wal, sizeof r.wal);
+	if (backend && !r.gateway)
+		cli_usage_error(&o, "--backend is the gateway's: it needs --gateway HOST:PORT");
+	else if (backend && strlen(backend) >= sizeof r.backend)
+		cli_usage_error(&o, "--backend %.40s...: too long", backend);
 	if (r.cmdv && !r.preload) {
 		if (launch_find_preload(preload, sizeof preload) < 0)
 			cli_usage_error(&o, "--preload LIB is required: no libmoeft.so beside moeft");
@@ -420,10 +541,17 @@ static int run_main(const struct cli_command *cmd, int argc, char **argv)
 			       strerror(errno));
 	else if (!wal)
 		fprintf(stderr, "moeft run: the logs of %s are in %s\n", r.cmdv[0], r.wal);
+	if (!ret && r.gateway) {
+		backend_of(&r, backend);
+		if ((c = start_gateway(&r)))
+			ret = cli_fail(cmd, 0, EXIT_USAGE, "cannot start the gateway: %s",
+				       strerror(c));
+	}
 	if (!ret && !(ret = start(&r, fresh)))
 		ret = supervise(&r);
 	else if (r.ended)
 		fprintf(stderr, "moeft run: the restore did not start %s (above)\n", r.cmdv[0]);
+	stop_gateway(&r);
 	leftovers_free(&r.left);
 	free(r.restarted);
 	return ret;
@@ -433,8 +561,9 @@ const struct cli_command cmd_run = {
 	.name = "run",
 	.summary = "run a server under the preload, restoring it after every crash",
 	.usage =
-	"Usage: moeft run [--wal DIR] [--preload LIB] [--fresh] [--max-restarts N]\n"
-	"                 [--window SECONDS] [--grace SECONDS] -- CMD [ARGS...]\n"
+	"Usage: moeft run [--wal DIR] [--gateway HOST:PORT [--backend URL]] [--preload LIB]\n"
+	"                 [--fresh] [--max-restarts N] [--window SECONDS] [--grace SECONDS]\n"
+	"                 -- CMD [ARGS...]\n"
 	"\n"
 	"Run CMD under the preload, its processes' logs in DIR, and bring it back\n"
 	"whenever it dies of a signal it was not sent (kill -9, a segfault, the\n"
@@ -452,9 +581,16 @@ const struct cli_command cmd_run = {
 	"signal when it dies of it); a second one, or the end of --grace, kills\n"
 	"its processes.\n"
 	"\n"
+	"With --gateway, moeft gateway serves CMD's clients on HOST:PORT (see\n"
+	"'moeft gateway --help'): they keep their streams through CMD's crashes.\n"
+	"It runs beside CMD, is started again when it dies, and stopped last.\n"
+	"\n"
 	"  -w, --wal DIR        the directory of the server's logs, made when missing\n"
 	"                       (default: /dev/shm/moeft-USER/run-NAME-HASH, one per\n"
 	"                       command line, NAME CMD's file name)\n"
+	"  -G, --gateway HOST:PORT  serve CMD's clients there through a gateway\n"
+	"  -b, --backend URL    CMD's server for the gateway (default: what CMD's\n"
+	"                       --host and --port say, else http://127.0.0.1:8000)\n"
 	"  -p, --preload LIB    libmoeft.so for CMD (default: the one beside moeft)\n"
 	"  -f, --fresh          start CMD the first time without restoring\n"
 	"  -m, --max-restarts N restarts allowed within --window (default 5; 0: none)\n"
@@ -467,6 +603,7 @@ const struct cli_command cmd_run = {
 	"SIGINT passed to it); 1 when it crashed once more than --max-restarts\n"
 	"allows within --window; moeft restore's when a restore did not start it\n"
 	"(its message says why: 1 the state is not whole, 2 the log, the preload\n"
-	"or the environment would not restore); 2 a usage error.\n",
+	"or the environment would not restore); 2 a usage error, or a gateway that\n"
+	"could not serve (CMD is stopped then).\n",
 	.run = run_main,
 };

@@ -140,6 +140,45 @@ grep -q "is not whole" "$dir/e.err" && grep -q "^moeft run: the restore did not 
 	fail "a damaged chunk: no refusal in: $(cat "$dir/e.err")"
 [ -s "$dir/e.out" ] && fail "a damaged chunk: the server ran: $(cat "$dir/e.out")"
 
+# --gateway: moeft gateway beside the server, out of its process group;
+# killed, it is started again; SIGTERM ends both.  A gateway that cannot
+# listen (its port taken) stops the server: status 2.
+gport=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$moeft" run --wal "$dir/g" --preload "$lib" --gateway "127.0.0.1:$gport" -- "$serve" \
+	--steps=$steps --journal="$dir/g.j" >"$dir/g.out" 2>"$dir/g.err" &
+run=$!
+wait_lines "$dir/g.j" 200 $run
+gw=$(pgrep -P $run -f "gateway --listen 127.0.0.1:$gport") || fail "gateway: none running: $(cat "$dir/g.err")"
+[ "$(ps -o pgid= -p "$gw" | tr -d ' ')" = "$(ps -o pgid= -p $run | tr -d ' ')" ] ||
+	fail "gateway: not in moeft run's process group"
+kill -9 "$gw"
+for _ in $(seq 200); do
+	grep -q "^moeft run: the gateway was killed by signal 9; started it again$" "$dir/g.err" && break
+	sleep 0.02
+done
+gw2=$(pgrep -P $run -f "gateway --listen 127.0.0.1:$gport") ||
+	fail "gateway: not started again: $(cat "$dir/g.err")"
+kill -TERM $run
+wait $run
+status=$?
+[ $status = 143 ] || fail "gateway: moeft run exited $status after SIGTERM: $(cat "$dir/g.err")"
+kill -0 "$gw2" 2>/dev/null && fail "gateway: it outlived moeft run"
+grep -q "restoring" "$dir/g.err" && fail "gateway: the server was restarted: $(cat "$dir/g.err")"
+no_server "gateway"
+python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); print(s.getsockname()[1], flush=True)
+time.sleep(30)' >"$dir/taken" &
+holder=$!
+while [ ! -s "$dir/taken" ]; do sleep 0.01; done
+"$moeft" run --wal "$dir/h" --preload "$lib" --gateway "127.0.0.1:$(cat "$dir/taken")" -- \
+	"$serve" --steps=$steps --journal="$dir/h.j" >"$dir/h.out" 2>"$dir/h.err"
+status=$?
+kill $holder
+[ $status = 2 ] || fail "a taken port: moeft run exited $status, want 2: $(cat "$dir/h.err")"
+grep -q "^moeft run: the gateway could not serve (above); stopping" "$dir/h.err" ||
+	fail "a taken port: not said: $(cat "$dir/h.err")"
+no_server "a taken port"
+
 # A crash of a server whose processes outlive it, no restart allowed: both
 # killed, the shared memory file it used removed, the decoy kept.
 echo decoy >"$decoy"
@@ -165,4 +204,4 @@ family_pids=
 [ -f "$decoy" ] || fail "family: $decoy, which the server never used, was removed"
 grep -q "^moeft run: removed 1 file (1 MiB) the server's processes left in /dev/shm$" "$dir/f.err" ||
 	fail "family: no removal said in: $(cat "$dir/f.err")"
-echo "restore run.sh: two crashes restored, the limit, SIGTERM, exits, a refused restore, a family cleaned"
+echo "restore run.sh: two crashes restored, the limit, SIGTERM, exits, a refused restore, the gateway, a family cleaned"
