@@ -47,6 +47,7 @@
 
 struct gateway {
 	char backend[PATH_MAX];	/* http://HOST:PORT */
+	atomic_int stopping;	/* SIGTERM: every request ends now */
 	uint64_t max_body, migrations;
 	double wait_s;
 	atomic_ulong migrated;
@@ -89,6 +90,7 @@ enum phase { SENDING, WAITING, FINISHED };
 struct flight {
 	struct gateway *gw;
 	struct buf body;	/* the client's request body */
+	char *auth;		/* its Authorization header, passed on; NULL: none */
 	int too_large;
 	/* a completion */
 	json_t *req;		/* the client's request */
@@ -152,6 +154,7 @@ static void flight_free(struct flight *f)
 	json_decref(f->stop_reason);
 	json_decref(f->usage);
 	free(f->body.p);
+	free(f->auth);
 	free(f->text.p);
 	free(f->out.p);
 	free(f);
@@ -181,6 +184,20 @@ static void queue_event(struct flight *f, json_t *ev)
 	buf_add(&f->out, line, strlen(line));
 	buf_add(&f->out, "\n\n", 2);
 	free(line);
+}
+
+/* What the restarted server computed of a request sent again: one line,
+ * the evidence that moeft's restored KV spared it the prefill. */
+static void say_resumed(const struct flight *f, json_t *usage)
+{
+	json_int_t sent = json_integer_value(json_object_get(usage, "prompt_tokens"));
+	json_t *cached = json_object_get(json_object_get(usage, "prompt_tokens_details"),
+					 "cached_tokens");
+
+	fprintf(stderr, "moeft gateway: request %s went on after %u server failure%s: %" JSON_INTEGER_FORMAT
+		" prompt tokens sent again, %s%" JSON_INTEGER_FORMAT " of them cached\n",
+		f->id ? json_string_value(f->id) : "?", f->moves, f->moves == 1 ? "" : "s", sent,
+		json_is_integer(cached) ? "" : "(not reported) ", json_integer_value(cached));
 }
 
 /* One event's data from the server: journal it, and pass it on to a
@@ -221,6 +238,8 @@ static void on_event(struct flight *f, const char *data)
 		if (!f->want_ids)
 			json_object_del(choice, "token_ids");
 	} else if (json_is_object(v = json_object_get(ev, "usage"))) {
+		if (f->moves)
+			say_resumed(f, v);
 		json_decref(f->usage);
 		f->usage = json_deep_copy(v);
 		fix_usage(f, v);
@@ -310,6 +329,8 @@ static int transfer_start(struct flight *f)
 		return -1;
 	}
 	f->headers = curl_slist_append(NULL, "Content-Type: application/json");
+	if (f->auth)
+		f->headers = curl_slist_append(f->headers, f->auth);
 	curl_easy_setopt(f->easy, CURLOPT_URL,
 			 http_url(url, sizeof url, f->gw->backend, "/v1/completions"));
 	curl_easy_setopt(f->easy, CURLOPT_HTTPHEADER, f->headers);
@@ -329,7 +350,16 @@ static void broke(struct flight *f)
 	size_t gen = json_array_size(f->generated);
 
 	if (f->max_tokens >= 0 && gen && gen >= (size_t)f->max_tokens) {
-		f->finish = json_string("length");	/* only its last event was lost */
+		/* Only its last event was lost: the client gets one of its own. */
+		json_t *ev = json_pack("{s:O,s:s,s:[{s:i,s:s,s:s,s:n}]}", "id",
+				       f->id ? f->id : json_null(), "object", "text_completion",
+				       "choices", "index", 0, "text", "", "finish_reason", "length",
+				       "stop_reason");
+
+		f->finish = json_string("length");
+		if (f->stream && ev)
+			queue_event(f, ev);
+		json_decref(ev);
 		f->phase = FINISHED;
 	} else if ((gen || f->text.len) && (!gen || !f->prompt_ids)) {
 		/* Sent again without them, the client would get its text twice. */
@@ -364,6 +394,11 @@ static void pump(struct flight *f, int want_status)
 	int left, running;
 
 	while (f->phase != FINISHED && !f->out.len && !(want_status && f->status)) {
+		if (atomic_load(&f->gw->stopping)) {
+			snprintf(f->error, sizeof f->error, "the gateway is stopping");
+			f->phase = FINISHED;
+			break;
+		}
 		if (f->phase == WAITING) {
 			double t = now();
 
@@ -400,6 +435,13 @@ static void pump(struct flight *f, int want_status)
 		}
 		if (!f->status)
 			curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &f->status);
+		if (f->status >= 500 && f->moves) {
+			/* Healthy, but not serving yet: wait on, within --wait. */
+			transfer_end(f);
+			f->status = 0;
+			f->phase = WAITING;
+			continue;
+		}
 		if (f->status && f->status != 200 && f->moves)
 			snprintf(f->error, sizeof f->error, "the restarted server refused the "
 				 "request sent again: HTTP %ld", f->status);
@@ -588,6 +630,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 {
 	struct gateway *gw = cls;
 	struct flight *f = *slot;
+	const char *auth;
 
 	(void)version;
 	if (!f) {
@@ -595,6 +638,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 			return MHD_NO;
 		f->gw = gw;
 		*slot = f;
+		auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+		if (auth && asprintf(&f->auth, "Authorization: %s", auth) < 0)
+			return MHD_NO;
 		return MHD_YES;
 	}
 	if (*upload_len) {
@@ -635,7 +681,10 @@ static int listen_addr(const char *text, struct addrinfo **ai, char *msg, size_t
 		snprintf(msg, len, "--listen %s: want HOST:PORT", text);
 		return -1;
 	}
-	snprintf(host, sizeof host, "%.*s", (int)(colon - text), text);
+	if (text[0] == '[' && colon[-1] == ']')	/* [::1]:8000 */
+		snprintf(host, sizeof host, "%.*s", (int)(colon - text - 2), text + 1);
+	else
+		snprintf(host, sizeof host, "%.*s", (int)(colon - text), text);
 	if ((err = getaddrinfo(host, colon + 1, &hints, ai))) {
 		snprintf(msg, len, "--listen %s: %s", text, gai_strerror(err));
 		return -1;
@@ -693,20 +742,23 @@ static int gateway_main(const struct cli_command *cmd, int argc, char **argv)
 	sigaddset(&stop, SIGPIPE);
 	sigprocmask(SIG_BLOCK, &stop, NULL);	/* the server threads inherit it */
 	d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-			     MHD_USE_POLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, &gw,
+			     MHD_USE_POLL | MHD_USE_ERROR_LOG |
+			     (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0), 0, NULL, NULL,
+			     on_request, &gw,
 			     MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 			     MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL,
 			     MHD_OPTION_CONNECTION_TIMEOUT, 0u, MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (!d) {
 		curl_global_cleanup();
-		return cli_fail(cmd, 0, EXIT_USAGE, "cannot listen on %s: %s", listen,
-				strerror(errno));
+		return cli_fail(cmd, 0, EXIT_USAGE, "cannot listen on %s (its reason is above)",
+				listen);
 	}
 	fprintf(stderr, "moeft gateway: listening on %s for %s\n", listen, gw.backend);
 	sigdelset(&stop, SIGPIPE);
 	while ((sig = sigwaitinfo(&stop, NULL)) < 0 && errno == EINTR)
 		;
+	atomic_store(&gw.stopping, 1);
 	MHD_stop_daemon(d);
 	curl_global_cleanup();
 	fprintf(stderr, "moeft gateway: stopped; requests that lost the server mid-answer: %lu\n",

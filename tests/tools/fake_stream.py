@@ -9,7 +9,8 @@ prompt_token_ids in the first, a usage event when asked) or not.  Its
 "model" is deterministic: a string prompt's token ids are its bytes, and
 each next token is a function of the two before, so a request sent again
 as prompt plus generated tokens goes on exactly where it stopped.  Each
-request body is appended to LOG as one line, and "cancelled" when the
+request body is appended to LOG as one line (and "auth VALUE" for its
+Authorization header), and "cancelled" when the
 client went away mid-stream.  When CRASH_FILE holds "K N", the process
 dies (os._exit) once it has streamed K tokens while the file was there
 and N streams are running, removing the file first: a crash in
@@ -71,6 +72,8 @@ class Handler(BaseHTTPRequestHandler):
         global streamed, running
         raw = self.rfile.read(int(self.headers["Content-Length"]))
         note(raw.decode())
+        if self.headers.get("Authorization"):
+            note("auth " + self.headers["Authorization"])
         req = json.loads(raw)
         if self.path != "/v1/completions":
             self.reply(404, {})

@@ -58,15 +58,17 @@ pids="$pids $gw"
 g="http://127.0.0.1:$gport"
 wait_up "$g/health"
 
-# status_of METHOD PATH [BODY]: the gateway's HTTP status.
+# status_of METHOD PATH [BODY [AUTHORIZATION]]: the gateway's HTTP status.
 status_of() {
 	python3 - "$g" "$@" <<'PY'
 import http.client, sys
 from urllib.parse import urlparse
 u = urlparse(sys.argv[1])
 c = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
-c.request(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None,
-          {"Content-Type": "application/json"})
+h = {"Content-Type": "application/json"}
+if len(sys.argv) > 5:
+    h["Authorization"] = sys.argv[5]
+c.request(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None, h)
 print(c.getresponse().status)
 PY
 }
@@ -112,6 +114,11 @@ assert again == 8, "%d requests were sent again, not 8" % again
 print("gateway.sh: %d requests sent again" % again)
 PY
 
+# The gateway says what the server computed again for each: here the
+# stand-in's usage (all but the last token cached).
+n=$(grep -cE '^moeft gateway: request cmpl-[0-9]+ went on after 1 server failure: ([0-9]+) prompt tokens sent again, [0-9]+ of them cached$' "$dir/gw.err")
+[ "$n" = 8 ] || fail "$n requests said to have gone on, not 8: $(cat "$dir/gw.err")"
+
 # Malformed, oversized, misdirected; the server's own refusal passed on.
 [ "$(status_of POST /v1/completions '{"prompt":')" = 400 ] || fail "malformed JSON: not 400"
 [ "$(status_of POST /v1/completions '{"prompt":"a","n":2}')" = 400 ] || fail "n 2: not 400"
@@ -122,6 +129,9 @@ PY
 [ "$(status_of POST /v1/completions '{"prompt":"a","max_tokens":0}')" = 400 ] ||
 	fail "the server's 400 was not passed on"
 [ "$(status_of GET /v1/models)" = 200 ] || fail "/v1/models: not 200"
+[ "$(status_of POST /v1/completions '{"prompt":"a","max_tokens":1}' 'Bearer k-1')" = 200 ] ||
+	fail "a completion with a key: not 200"
+grep -q '^auth Bearer k-1$' "$dir/log" || fail "the client's Authorization was not passed on"
 
 # A client that leaves mid-stream: the server sees its request cancelled.
 : >"$dir/log"
