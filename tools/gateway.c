@@ -43,6 +43,7 @@
 #define HEALTH_EVERY_S 0.5
 #define COMMENT_EVERY_S 5.0	/* an SSE comment to a waiting client */
 #define EVENT_MAX (16u << 20)	/* bytes of one event from the server */
+#define COMPLETION_MAX_TOKENS 16	/* OpenAI's default for /v1/completions */
 #define WAITING_LINE ": moeft: the server is restarting\n\n"
 
 struct gateway {
@@ -94,12 +95,15 @@ struct flight {
 	int too_large;
 	/* a completion */
 	json_t *req;		/* the client's request */
+	int chat;		/* /v1/chat/completions */
+	int as_completion;	/* this transfer: a chat request sent again as a
+				   completion of its prompt's and tokens' ids */
 	int stream, want_ids, want_usage;
 	json_t *prompt_ids;	/* as the server's first event said; NULL before */
 	json_t *generated;	/* every token id generated */
 	struct buf text;	/* and its text, for a non-streaming client */
 	json_t *id, *finish, *stop_reason, *usage;
-	long long max_tokens;	/* -1: the client set none */
+	long long max_tokens;	/* -1: none (a chat's: up to the context) */
 	unsigned moves;		/* times sent again */
 	enum phase phase;
 	int ended;		/* the stream's last event is queued */
@@ -200,6 +204,20 @@ static void say_resumed(const struct flight *f, json_t *usage)
 		json_is_integer(cached) ? "" : "(not reported) ", json_integer_value(cached));
 }
 
+/* A completion's event (a chat request sent again) as a chat stream's:
+ * the choice's text becomes its delta's content.  Takes ev. */
+static json_t *as_chat_chunk(json_t *ev)
+{
+	json_t *choice = json_array_get(json_object_get(ev, "choices"), 0), *text;
+
+	json_object_set_new(ev, "object", json_string("chat.completion.chunk"));
+	if (choice && (text = json_object_get(choice, "text"))) {
+		json_object_set_new(choice, "delta", json_pack("{s:O}", "content", text));
+		json_object_del(choice, "text");
+	}
+	return ev;
+}
+
 /* One event's data from the server: journal it, and pass it on to a
  * streaming client as the client asked for it. */
 static void on_event(struct flight *f, const char *data)
@@ -218,12 +236,19 @@ static void on_event(struct flight *f, const char *data)
 		f->id = json_incref(v);
 	else if (f->id)
 		json_object_set(ev, "id", f->id);
+	if (f->as_completion)
+		ev = as_chat_chunk(ev);
+	if (!f->prompt_ids && json_is_array(v = json_object_get(ev, "prompt_token_ids")))
+		f->prompt_ids = json_incref(v);		/* a chat stream's first event */
+	if (!f->want_ids || f->moves)
+		json_object_del(ev, "prompt_token_ids");
 	if ((choice = json_array_get(json_object_get(ev, "choices"), 0))) {
 		if (!f->prompt_ids && json_is_array(v = json_object_get(choice, "prompt_token_ids")))
 			f->prompt_ids = json_incref(v);
 		if (json_is_array(ids = json_object_get(choice, "token_ids")))
 			json_array_extend(f->generated, ids);
-		if (json_is_string(v = json_object_get(choice, "text")))
+		if (json_is_string(v = json_object_get(choice, "text")) ||
+		    json_is_string(v = json_object_get(json_object_get(choice, "delta"), "content")))
 			buf_add(&f->text, json_string_value(v), json_string_length(v));
 		if ((v = json_object_get(choice, "finish_reason")) && !json_is_null(v)) {
 			json_decref(f->finish);
@@ -293,10 +318,25 @@ static size_t from_server(char *p, size_t size, size_t n, void *arg)
  * max_tokens.  NULL when out of memory. */
 static char *continuation(struct flight *f)
 {
-	json_t *body = json_deep_copy(f->req), *prompt;
+	/* What a chat request keeps as a completion: its sampling. */
+	static const char *const sampling[] = {
+		"model", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
+		"stop_token_ids", "ignore_eos", "presence_penalty", "frequency_penalty",
+		"repetition_penalty", "min_tokens", "skip_special_tokens",
+		"spaces_between_special_tokens", "include_stop_str_in_output", "user", NULL
+	};
+	json_t *body, *prompt;
 	size_t gen = json_array_size(f->generated);
 	char *text;
 
+	if (f->as_completion) {
+		body = json_object();
+		for (const char *const *k = sampling; body && *k; k++)
+			if (json_object_get(f->req, *k))
+				json_object_set(body, *k, json_object_get(f->req, *k));
+	} else {
+		body = json_deep_copy(f->req);
+	}
 	if (!body)
 		return NULL;
 	json_object_set_new(body, "stream", json_true());
@@ -307,9 +347,9 @@ static char *continuation(struct flight *f)
 		json_array_extend(prompt, f->generated);
 		json_object_set_new(body, "prompt", prompt);
 		json_object_set_new(body, "echo", json_false());
-		if (f->max_tokens >= 0)
-			json_object_set_new(body, "max_tokens",
-					    json_integer(f->max_tokens - (json_int_t)gen));
+		json_object_del(body, "max_completion_tokens");
+		json_object_set_new(body, "max_tokens", f->max_tokens < 0 ? json_null() :
+				    json_integer(f->max_tokens - (json_int_t)gen));
 	}
 	text = json_dumps(body, JSON_COMPACT);
 	json_decref(body);
@@ -324,6 +364,7 @@ static int transfer_start(struct flight *f)
 	transfer_end(f);
 	f->status = 0;
 	f->over = 0;
+	f->as_completion = f->chat && f->moves && f->prompt_ids;
 	if (!(f->sent = continuation(f)) || !(f->easy = curl_easy_init())) {
 		snprintf(f->error, sizeof f->error, "out of memory");
 		return -1;
@@ -332,7 +373,8 @@ static int transfer_start(struct flight *f)
 	if (f->auth)
 		f->headers = curl_slist_append(f->headers, f->auth);
 	curl_easy_setopt(f->easy, CURLOPT_URL,
-			 http_url(url, sizeof url, f->gw->backend, "/v1/completions"));
+			 http_url(url, sizeof url, f->gw->backend, f->chat && !f->as_completion ?
+				  "/v1/chat/completions" : "/v1/completions"));
 	curl_easy_setopt(f->easy, CURLOPT_HTTPHEADER, f->headers);
 	curl_easy_setopt(f->easy, CURLOPT_POSTFIELDS, f->sent);
 	curl_easy_setopt(f->easy, CURLOPT_WRITEFUNCTION, from_server);
@@ -519,9 +561,16 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, struct flight *f)
 	char *text;
 	enum MHD_Result ret;
 
-	choice = json_pack("{s:i,s:s%,s:n,s:O,s:O}", "index", 0, "text", f->text.p ? f->text.p : "",
-			   f->text.len, "logprobs", "finish_reason", f->finish, "stop_reason",
-			   f->stop_reason ? f->stop_reason : json_null());
+	if (f->chat)
+		choice = json_pack("{s:i,s:{s:s,s:s%},s:n,s:O,s:O}", "index", 0, "message", "role",
+				   "assistant", "content", f->text.p ? f->text.p : "", f->text.len,
+				   "logprobs", "finish_reason", f->finish, "stop_reason",
+				   f->stop_reason ? f->stop_reason : json_null());
+	else
+		choice = json_pack("{s:i,s:s%,s:n,s:O,s:O}", "index", 0, "text",
+				   f->text.p ? f->text.p : "", f->text.len, "logprobs",
+				   "finish_reason", f->finish, "stop_reason",
+				   f->stop_reason ? f->stop_reason : json_null());
 	if (choice && f->want_ids) {
 		json_object_set(choice, "token_ids", f->generated);
 		json_object_set(choice, "prompt_token_ids", f->prompt_ids ? f->prompt_ids : json_null());
@@ -529,7 +578,7 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, struct flight *f)
 	if (f->usage)
 		fix_usage(f, f->usage);
 	a = json_pack("{s:O,s:s,s:O,s:[o],s:O}", "id", f->id ? f->id : json_null(), "object",
-		      "text_completion", "model", json_object_get(f->req, "model") ?
+		      f->chat ? "chat.completion" : "text_completion", "model", json_object_get(f->req, "model") ?
 		      json_object_get(f->req, "model") : json_null(), "choices", choice,
 		      "usage", f->usage ? f->usage : json_null());
 	text = a ? json_dumps(a, JSON_COMPACT) : NULL;
@@ -547,16 +596,26 @@ static const char *unservable(struct flight *f)
 
 	if (!json_is_object(f->req))
 		return "the body is not a JSON object";
-	if (!json_is_string(p) && !(json_is_array(p) && json_array_size(p)))
-		return "\"prompt\" must be a string or an array of token ids (one prompt)";
-	json_array_foreach(json_is_array(p) ? p : NULL, i, v)
-		if (!json_is_integer(v))
+	if (f->chat) {
+		v = json_object_get(f->req, "messages");
+		if (!json_is_array(v) || !json_array_size(v))
+			return "\"messages\" must be an array of messages";
+	} else {
+		if (!json_is_string(p) && !(json_is_array(p) && json_array_size(p)))
 			return "\"prompt\" must be a string or an array of token ids (one prompt)";
+		json_array_foreach(json_is_array(p) ? p : NULL, i, v)
+			if (!json_is_integer(v))
+				return "\"prompt\" must be a string or an array of token ids (one "
+				       "prompt)";
+	}
 	if ((v = json_object_get(f->req, "n")) && !(json_is_integer(v) && json_integer_value(v) == 1))
 		return "\"n\" must be 1 through the gateway";
 	if ((v = json_object_get(f->req, "max_tokens")) && !json_is_null(v) &&
 	    !(json_is_integer(v) && json_integer_value(v) >= 0))
 		return "\"max_tokens\" must be a whole number";
+	if ((v = json_object_get(f->req, "max_completion_tokens")) && !json_is_null(v) &&
+	    !(json_is_integer(v) && json_integer_value(v) >= 0))
+		return "\"max_completion_tokens\" must be a whole number";
 	if ((v = json_object_get(f->req, "stream")) && !json_is_boolean(v))
 		return "\"stream\" must be true or false";
 	return NULL;
@@ -579,8 +638,11 @@ static enum MHD_Result completion(struct MHD_Connection *c, struct flight *f, vo
 	f->want_ids = json_is_true(json_object_get(f->req, "return_token_ids"));
 	f->want_usage = json_is_true(json_object_get(json_object_get(f->req, "stream_options"),
 						     "include_usage")) || !f->stream;
-	v = json_object_get(f->req, "max_tokens");
-	f->max_tokens = json_is_integer(v) ? json_integer_value(v) : -1;
+	/* A chat request's max_completion_tokens, where set, is its budget. */
+	if (!json_is_integer(v = json_object_get(f->req, "max_completion_tokens")))
+		v = json_object_get(f->req, "max_tokens");
+	f->max_tokens = json_is_integer(v) ? json_integer_value(v) :
+			f->chat ? -1 : COMPLETION_MAX_TOKENS;
 	if (!(f->generated = json_array()) || !(f->multi = curl_multi_init()) ||
 	    transfer_start(f) < 0)
 		return reply_error(c, 500, "out of memory");
@@ -653,10 +715,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	}
 	if (!strcmp(method, "GET") && (!strcmp(url, "/health") || !strcmp(url, "/v1/models")))
 		return pass_get(c, gw, url);
-	if (!strcmp(url, "/v1/completions"))
+	f->chat = !strcmp(url, "/v1/chat/completions");
+	if (f->chat || !strcmp(url, "/v1/completions"))
 		return strcmp(method, "POST") ? reply_error(c, 405, "POST a completion")
 					      : completion(c, f, slot);
-	return reply_error(c, 404, "the gateway serves /v1/completions, /v1/models and /health");
+	return reply_error(c, 404, "the gateway serves /v1/completions, /v1/chat/completions, "
+			   "/v1/models and /health");
 }
 
 static void on_done(void *cls, struct MHD_Connection *c, void **slot,

@@ -4,8 +4,9 @@
 Usage: fake_stream.py PORT LOG CRASH_FILE
 
 Serves 127.0.0.1:PORT like vLLM's OpenAI server: /health, /v1/models
-("tiny") and /v1/completions, streaming (SSE, with token_ids per event,
-prompt_token_ids in the first, a usage event when asked) or not.  Its
+("tiny"), /v1/completions and /v1/chat/completions, streaming (SSE, with
+token_ids per event, prompt_token_ids in the first, a usage event when
+asked) or not; a chat's prompt is its messages' contents, one per line.  Its
 "model" is deterministic: a string prompt's token ids are its bytes, and
 each next token is a function of the two before, so a request sent again
 as prompt plus generated tokens goes on exactly where it stopped.  Each
@@ -75,44 +76,60 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("Authorization"):
             note("auth " + self.headers["Authorization"])
         req = json.loads(raw)
-        if self.path != "/v1/completions":
+        chat = self.path == "/v1/chat/completions"
+        if self.path != "/v1/completions" and not chat:
             self.reply(404, {})
             return
-        if not isinstance(req.get("max_tokens", 16), int) or req.get("max_tokens", 16) < 1:
+        n = req.get("max_completion_tokens", req.get("max_tokens"))
+        n = 16 if n is None else n
+        if not isinstance(n, int) or n < 1:
             self.reply(400, {"error": {"message": "max_tokens must be at least 1"}})
             return
-        prompt = req["prompt"]
-        ids = list(prompt.encode()) if isinstance(prompt, str) else list(prompt)
-        n = req.get("max_tokens", 16)
+        if chat:
+            ids = list("\n".join(m["content"] for m in req["messages"]).encode())
+        else:
+            prompt = req["prompt"]
+            ids = list(prompt.encode()) if isinstance(prompt, str) else list(prompt)
         want_ids = req.get("return_token_ids", False)
-        rid = "cmpl-%d" % time.monotonic_ns()
+        rid = ("chatcmpl-%d" if chat else "cmpl-%d") % time.monotonic_ns()
+        kind = "chat.completion" if chat else "text_completion"
         gen: list[int] = []
         for _ in range(n):
             gen.append(next_token(ids + gen))
+        text = "".join(" t%d" % t for t in gen)
         if not req.get("stream"):
-            self.reply(200, {"id": rid, "object": "text_completion", "choices": [{
-                "index": 0, "text": "".join(" t%d" % t for t in gen),
-                "finish_reason": "length", "token_ids": gen if want_ids else None}],
-                "usage": {"prompt_tokens": len(ids), "completion_tokens": n}})
+            whole = {"index": 0, "finish_reason": "length",
+                     "token_ids": gen if want_ids else None}
+            whole.update({"message": {"role": "assistant", "content": text}} if chat
+                         else {"text": text})
+            self.reply(200, {"id": rid, "object": kind, "choices": [whole],
+                             "usage": {"prompt_tokens": len(ids), "completion_tokens": n}})
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
         with lock:
             running += 1
+
+        def send(choice: dict | None, **top: object) -> None:
+            ev = {"id": rid, "object": kind + (".chunk" if chat else ""), "model": "tiny",
+                  "choices": [choice] if choice else [], **top}
+            self.wfile.write(b"data: " + json.dumps(ev).encode() + b"\n\n")
+            self.wfile.flush()
+
         try:
+            if chat:  # vLLM's first chat event: the role, the prompt's ids
+                send({"index": 0, "delta": {"role": "assistant", "content": ""},
+                      "finish_reason": None}, **({"prompt_token_ids": ids} if want_ids else {}))
             for i, t in enumerate(gen):
-                choice = {"index": 0, "text": " t%d" % t, "logprobs": None,
-                          "finish_reason": "length" if i == n - 1 else None,
-                          "stop_reason": None}
+                choice: dict = {"index": 0, "logprobs": None, "stop_reason": None,
+                                "finish_reason": "length" if i == n - 1 else None}
+                choice.update({"delta": {"content": " t%d" % t}} if chat else {"text": " t%d" % t})
                 if want_ids:
                     choice["token_ids"] = [t]
-                    if i == 0:
+                    if i == 0 and not chat:
                         choice["prompt_token_ids"] = ids
-                ev = {"id": rid, "object": "text_completion", "model": "tiny",
-                      "choices": [choice]}
-                self.wfile.write(b"data: " + json.dumps(ev).encode() + b"\n\n")
-                self.wfile.flush()
+                send(choice)
                 with lock:
                     k = crash_point()
                     streamed += k is not None
@@ -121,11 +138,9 @@ class Handler(BaseHTTPRequestHandler):
                         os._exit(9)
                 time.sleep(0.02)
             if (req.get("stream_options") or {}).get("include_usage"):
-                ev = {"id": rid, "object": "text_completion", "model": "tiny", "choices": [],
-                      "usage": {"prompt_tokens": len(ids), "completion_tokens": n,
-                                "total_tokens": len(ids) + n,
-                                "prompt_tokens_details": {"cached_tokens": len(ids) - 1}}}
-                self.wfile.write(b"data: " + json.dumps(ev).encode() + b"\n\n")
+                send(None, usage={"prompt_tokens": len(ids), "completion_tokens": n,
+                                  "total_tokens": len(ids) + n,
+                                  "prompt_tokens_details": {"cached_tokens": len(ids) - 1}})
             self.wfile.write(b"data: [DONE]\n\n")
         except (BrokenPipeError, ConnectionResetError):
             note("cancelled")

@@ -1,8 +1,9 @@
 #!/bin/bash
 # gateway.sh - moeft gateway in front of a stand-in engine server
 # (fake_stream.py) that really dies mid-stream (os._exit) and is started
-# again on its port: 6 streaming clients and 2 non-streaming ones get
-# exactly the text of an uninterrupted run, status 200, no error, and
+# again on its port: 6 streaming completions, 2 non-streaming ones, 2
+# streaming chats and a non-streaming one get exactly the text of an
+# uninterrupted run, status 200, no error, and
 # the requests sent again are prompt + generated tokens with the rest of
 # max_tokens; a crash with no server coming back gives each client an
 # error event within --wait; malformed, oversized and misdirected
@@ -77,24 +78,35 @@ PY
 # and started again a second later.
 python3 "$client" "$g" 6 30 stream >"$dir/want.stream" || fail "the client failed"
 python3 "$client" "$g" 2 30 whole >"$dir/want.whole" || fail "the client failed"
-grep -qv '"status": 200' "$dir/want.stream" "$dir/want.whole" &&
-	fail "the uninterrupted run: $(cat "$dir/want.stream" "$dir/want.whole")"
+python3 "$client" "$g" 2 30 chat >"$dir/want.chat" || fail "the client failed"
+python3 "$client" "$g" 1 30 chat-whole >"$dir/want.chatw" || fail "the client failed"
+grep -qv '"status": 200' "$dir"/want.* && fail "the uninterrupted run: $(cat "$dir"/want.*)"
+cmp -s <(sed 's/"comments.*//' "$dir/want.chat") <(head -n 2 "$dir/want.stream" | sed 's/"comments.*//') ||
+	fail "chat and completion differ: $(cat "$dir/want.chat" "$dir/want.stream")"
 : >"$dir/log"
-echo "40 8" >"$dir/crash"
+echo "40 11" >"$dir/crash"
 python3 "$client" "$g" 6 30 stream >"$dir/got.stream" &
 c1=$!
 python3 "$client" "$g" 2 30 whole >"$dir/got.whole" &
 c2=$!
+python3 "$client" "$g" 2 30 chat >"$dir/got.chat" &
+c3=$!
+python3 "$client" "$g" 1 30 chat-whole >"$dir/got.chatw" &
+c4=$!
 wait $fake_pid
 [ -e "$dir/crash" ] && fail "the server did not crash"
 sleep 1
 start_fake
-wait $c1 && wait $c2 || fail "a client failed"
+wait $c1 && wait $c2 && wait $c3 && wait $c4 || fail "a client failed"
 strip() { sed 's/, "comments": [0-9]*//' "$1"; }
 cmp -s <(strip "$dir/want.stream") <(strip "$dir/got.stream") ||
 	fail "streaming clients: $(cat "$dir/got.stream"), want $(cat "$dir/want.stream")"
 cmp -s "$dir/want.whole" "$dir/got.whole" ||
 	fail "non-streaming clients: $(cat "$dir/got.whole"), want $(cat "$dir/want.whole")"
+cmp -s <(strip "$dir/want.chat") <(strip "$dir/got.chat") ||
+	fail "chat clients: $(cat "$dir/got.chat"), want $(cat "$dir/want.chat")"
+cmp -s "$dir/want.chatw" "$dir/got.chatw" ||
+	fail "a non-streaming chat client: $(cat "$dir/got.chatw"), want $(cat "$dir/want.chatw")"
 # Each request sent again: its prompt's token ids plus the generated ones,
 # their count plus max_tokens the original prompt's plus 30.
 python3 - "$dir/log" <<'PY' || fail "the requests sent again are not continuations"
@@ -104,20 +116,20 @@ for line in open(sys.argv[1]):
     if not line.startswith("{"):
         continue
     r = json.loads(line)
-    if isinstance(r["prompt"], list):
+    if isinstance(r.get("prompt"), list):
         prompt = bytes(r["prompt"][:8]).decode()
         assert prompt.startswith("prompt "), r
         assert len(r["prompt"]) + r["max_tokens"] == 8 + 30, r
         assert r["echo"] is False and r["return_token_ids"] is True, r
         again += 1
-assert again == 8, "%d requests were sent again, not 8" % again
+assert again == 11, "%d requests were sent again, not 11" % again
 print("gateway.sh: %d requests sent again" % again)
 PY
 
 # The gateway says what the server computed again for each: here the
 # stand-in's usage (all but the last token cached).
-n=$(grep -cE '^moeft gateway: request cmpl-[0-9]+ went on after 1 server failure: ([0-9]+) prompt tokens sent again, [0-9]+ of them cached$' "$dir/gw.err")
-[ "$n" = 8 ] || fail "$n requests said to have gone on, not 8: $(cat "$dir/gw.err")"
+n=$(grep -cE '^moeft gateway: request (chat)?cmpl-[0-9]+ went on after 1 server failure: ([0-9]+) prompt tokens sent again, [0-9]+ of them cached$' "$dir/gw.err")
+[ "$n" = 11 ] || fail "$n requests said to have gone on, not 11: $(cat "$dir/gw.err")"
 
 # Malformed, oversized, misdirected; the server's own refusal passed on.
 [ "$(status_of POST /v1/completions '{"prompt":')" = 400 ] || fail "malformed JSON: not 400"
@@ -155,4 +167,4 @@ python3 "$client" "$g" 2 30 stream >"$dir/dead" || fail "the client failed"
 [ "$(grep -c '"message": "the server did not come back within 2 s (--wait)"' "$dir/dead")" = 2 ] ||
 	fail "a server gone for good: $(cat "$dir/dead")"
 [ "$(status_of GET /health)" = 503 ] || fail "/health with no server: not 503"
-echo "tools gateway.sh: a crash mid-stream unnoticed by 8 clients, errors and limits as said"
+echo "tools gateway.sh: a crash mid-stream unnoticed by 11 clients (completions and chat), errors and limits as said"

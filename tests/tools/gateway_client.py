@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """gateway_client.py - clients of moeft gateway for gateway.sh.
 
-Usage: gateway_client.py URL CLIENTS MAX_TOKENS [stream|whole] [LEAVE_AFTER]
+Usage: gateway_client.py URL CLIENTS MAX_TOKENS [stream|whole|chat|chat-whole] [LEAVE_AFTER]
 
 Sends CLIENTS concurrent completions (prompts "prompt 0", "prompt 1", ...)
 and prints one JSON line per client, in order: its HTTP status, the text
-it received, the error events and the SSE comment lines it saw.  With
+it received, the error events and the SSE comment lines it saw.  The
+chat kinds send the prompt as a user message to /v1/chat/completions.  With
 LEAVE_AFTER, each streaming client disconnects after that many events.
 """
 import http.client
@@ -16,23 +17,28 @@ from urllib.parse import urlparse
 
 url = urlparse(sys.argv[1])
 clients, max_tokens = int(sys.argv[2]), int(sys.argv[3])
-stream = len(sys.argv) <= 4 or sys.argv[4] == "stream"
+kind = sys.argv[4] if len(sys.argv) > 4 else "stream"
+stream, chat = kind in ("stream", "chat"), kind.startswith("chat")
 leave = int(sys.argv[5]) if len(sys.argv) > 5 else None
 results: list[dict] = [{} for _ in range(clients)]
 
 
 def client(i: int) -> None:
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=120)
-    body = {"model": "tiny", "prompt": "prompt %d" % i, "max_tokens": max_tokens,
-            "stream": stream}
-    conn.request("POST", "/v1/completions", json.dumps(body),
-                 {"Content-Type": "application/json"})
+    body: dict = {"model": "tiny", "stream": stream}
+    if chat:
+        body.update(messages=[{"role": "user", "content": "prompt %d" % i}],
+                    max_completion_tokens=max_tokens)
+    else:
+        body.update(prompt="prompt %d" % i, max_tokens=max_tokens)
+    conn.request("POST", "/v1/chat/completions" if chat else "/v1/completions",
+                 json.dumps(body), {"Content-Type": "application/json"})
     r = conn.getresponse()
     out = {"status": r.status, "text": "", "errors": [], "comments": 0, "events": 0}
     if not stream or r.status != 200:
         reply = json.loads(r.read() or b"{}")
         choices = reply.get("choices") or [{}]
-        out["text"] = choices[0].get("text", "")
+        out["text"] = choices[0].get("text") or (choices[0].get("message") or {}).get("content", "")
         if "error" in reply:
             out["errors"].append(reply["error"])
     else:
@@ -48,7 +54,7 @@ def client(i: int) -> None:
                 if "error" in ev:
                     out["errors"].append(ev["error"])
                 for c in ev.get("choices", []):
-                    out["text"] += c.get("text", "")
+                    out["text"] += c.get("text") or (c.get("delta") or {}).get("content") or ""
                 out["events"] += 1
                 if leave is not None and out["events"] >= leave:
                     break
