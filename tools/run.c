@@ -197,12 +197,14 @@ struct group {
 };
 
 /* A process of the server: in its group, or orphaned to us (which only
- * the server's processes can be: we start no other). */
+ * the server's processes can be: we start no other).  A zombie counts
+ * until it is reaped: while its pid is there, the restore takes it for a
+ * writer of its log that has not ended. */
 static int of_server(const struct proc_info *p, void *arg)
 {
 	struct group *g = arg;
 
-	if (p->state != 'Z' && p->pid != g->self && p->pid != g->gateway &&
+	if (p->pid != g->self && p->pid != g->gateway &&
 	    (p->pgrp == g->pgid || p->ppid == g->self)) {
 		g->alive++;
 		if (g->sig)
@@ -275,10 +277,11 @@ static void end_server(struct run *r, double grace_s)
 				break;
 			}
 		}
+		/* Orphans reaped at each look: their SIGCHLD may have merged
+		 * with one taken before. */
 		sig = next_signal(r);
-		if (sig == SIGCHLD) {
-			reap(r);
-		} else if (sig == SIGTERM || sig == SIGINT) {
+		reap(r);
+		if (sig == SIGTERM || sig == SIGINT) {
 			r->stopping = r->stopping ? r->stopping : sig;
 			deadline = 0;
 		}

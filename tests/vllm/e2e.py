@@ -1,11 +1,11 @@
 """The Python half of tests/vllm/e2e.sh: requests, kills, checks (stdlib only).
 
     e2e.py port
-    e2e.py prompts OUT
+    e2e.py prompts OUT [N]
     e2e.py health URL PID SECONDS
     e2e.py baseline URL PROMPTS MAX_TOKENS OUT
     e2e.py crash URL PROMPTS MAX_TOKENS AFTER LEADER SHM_BEFORE OUT
-    e2e.py kill-at WAL_DIR MAX_TOKENS BASELINE TIMED LEADER SHM_BEFORE [PART]
+    e2e.py kill-at WAL_DIR MAX_TOKENS BASELINE SERVER_LOG LEADER SHM_BEFORE [PART]
     e2e.py kill LEADER SHM_BEFORE
     e2e.py ident PID
     e2e.py shm-list OUT
@@ -18,7 +18,8 @@ reused since is never taken for the server's).  A server is the process
 that setsid started, every process of its process group or session, and
 every descendant of those (vLLM's process titles overwrite their
 environments, so no variable can mark them).
-Killing one: SIGKILL to each, until none is left, then the psm_* files in
+Killing one: SIGSTOP to each (the moment of the crash), then SIGKILL to
+each, until none is left, then the psm_* files in
 /dev/shm that its processes mapped or held open just before, that were not
 there before it started (SHM_BEFORE) and that no live process maps or holds
 open now are removed, and so are multiprocessing's semaphores (sem.mp-*)
@@ -176,6 +177,17 @@ def kill_server(ident: str, shm_before: Path) -> None:
     if (now := started(int(leader))) and now != int(start or 0):
         say(f"pid {leader} is no longer the server's (another process has it): not killed")
         return
+    # Stopped first, in one call: the crash is this moment.  Reading a busy
+    # server's /proc/PID/maps took up to 5 s, which the requests ran on.
+    try:
+        os.killpg(int(leader), signal.SIGSTOP)
+    except ProcessLookupError:
+        pass
+    for pid in server_pids(int(leader)):
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            pass
     # What the server's processes use in /dev/shm, read before the kill: only
     # those are its to remove (another server on the machine may be passing
     # a semaphore between its processes that no process holds right then).
@@ -242,11 +254,11 @@ def cmd_port() -> None:
     s.close()
 
 
-def cmd_prompts(out: str) -> None:
-    """4 prompts of token ids, 41 to 71 tokens, distinct from their first
-    token on (no shared prefix block); ids 4..993 (no special token)."""
+def cmd_prompts(out: str, n: str = "4") -> None:
+    """N (4) prompts of token ids, 41 to 31 + 10 N tokens, distinct from their
+    first token on (no shared prefix block); ids 4..993 (no special token)."""
     prompts = [[(97 * i + 13 * j * (i + 1) + 7) % 990 + 4 for j in range(41 + 10 * i)]
-               for i in range(4)]
+               for i in range(int(n))]
     Path(out).write_text(json.dumps(prompts))
 
 
@@ -348,18 +360,16 @@ def cmd_crash(url: str, prompts_file: str, max_tokens: str, after: str, leader: 
              "(a machine too busy?)")
 
 
-def cmd_kill_at(wal: str, max_tokens: str, baseline_file: str, timed: str, leader: str,
+def cmd_kill_at(wal: str, max_tokens: str, baseline_file: str, log: str, leader: str,
                 shm_before: str, part: str = "4") -> None:
     """Kill the restored server about 1/PART of the way through what its
-    restored requests (in WAL.restore, the restore's directory) had left,
-    by the clock: 1/PART of the time phase c's resubmission of the same
-    state took (TIMED, its seconds, when there is that file), else of the
-    steps left at 1.6 x the baseline's time per step.  No progress signal
-    served: vLLM's /metrics answers only once the batch is done on 2 cores,
-    and moeft ls of logs a busy server is writing took up to 5 s a call (it
-    answers once the writer pauses).  The clock is no exact one either (the
-    server's speed varies with what else runs), so the caller checks that
-    the requests were still running."""
+    restored requests (in WAL.restore, the restore's directory) had left:
+    once the server's LOG says the connector resumed each of them (its
+    "moeft: resumed request" lines, when their decode begins), after
+    1/PART of the steps left at the baseline's time per step.  vLLM serves
+    no finer progress signal (its /metrics answers only once the batch is
+    done on 2 cores), and a clock started earlier measured the server's
+    start-up too.  The caller checks that the requests were still running."""
     restored = Path(wal + ".restore")
     left = []
     for f in restored.glob("*/requests"):
@@ -369,19 +379,20 @@ def cmd_kill_at(wal: str, max_tokens: str, baseline_file: str, timed: str, leade
         kill_server(leader, Path(shm_before))
         fail(f"the restored requests ({restored}) have {left} tokens left to decode: "
              "too few to crash in between")
-    if Path(timed).is_file():
-        whole = float(Path(timed).read_text())
-        how = f"1/{part} of phase c's {whole:.1f} s"
-    else:
-        step_ms = float(json.loads(Path(baseline_file).read_text())["step_ms"])
-        whole = min(left) * step_ms * 1.6 / 1000
-        how = f"1/{part} of {min(left)} steps at 1.6 x the baseline's {step_ms:.1f} ms"
-    delay = whole / int(part)
     urgent()
+    t0 = time.monotonic()
+    while Path(log).read_text(errors="replace").count("moeft: resumed request") < len(left):
+        if time.monotonic() - t0 > 120:
+            kill_server(leader, Path(shm_before))
+            fail(f"{log} does not say that the {len(left)} restored requests resumed")
+        time.sleep(0.002)
+    step_ms = float(json.loads(Path(baseline_file).read_text())["step_ms"])
+    delay = min(left) * step_ms / 1000 / int(part)
     time.sleep(delay)
     kill_server(leader, Path(shm_before))
-    say(f"killed the server {delay:.1f} s after the resubmission began ({how}; tokens left "
-        f"at the restored window {left})")
+    say(f"killed the server {delay:.2f} s after its log said the requests resumed (1/{part} "
+        f"of {min(left)} steps at the baseline's {step_ms:.1f} ms; tokens left at the "
+        f"restored window {left})")
 
 
 def cmd_check(baseline_file: str, resubmit_file: str, block: str, damage_file: str = "") -> None:

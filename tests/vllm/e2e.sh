@@ -20,20 +20,30 @@
 #      prompt and the tokens before the restored window came from the
 #      restored KV (cached_tokens >= prompt + resumed_from - one block)
 #   d  a second crash: restore (a copy of) b's logs, resubmit, kill the
-#      server about a quarter of the way through what the requests had left
-#      (by phase c's time, tests/vllm/e2e.py kill-at), restore again,
-#      resubmit: as c.  When the kill came too late (resubmit had
-#      finished), once more on another copy, at a twelfth
+#      server an eighth of the way through what the requests had left
+#      (from when its log says they resumed, tests/vllm/e2e.py kill-at),
+#      restore again, resubmit: as c.  When the kill came too late
+#      (resubmit had finished), once more on another copy, at a 24th
 #   e  damage: flip bits in both store copies of one KV chunk of a
 #      request's block (in a copy of b's logs); the restore says the chunk
 #      is lost, and resubmission recomputes that request from the damaged
 #      block on (cached_tokens no more than the blocks before it) with the
 #      same tokens
+#   f  moeft run --gateway: the server under moeft run with the connector,
+#      8 streaming clients through moeft gateway (token-id prompts, GMAX
+#      tokens each), once uninterrupted and once with the server's process
+#      group killed twice (at AFTER and 2 x AFTER tokens a client); moeft
+#      run restores it each time: every client gets the uninterrupted
+#      run's tokens and text, status 200, no error, and the gateway's lines
+#      say that the restarted server had what it was sent again cached
+#      but what the last window and two blocks may leave out
+#      (tests/vllm/gateway.py); then SIGTERM to moeft run leaves no process
+#      and none of the server's shared memory
 # Each check prints "ok - NAME" or "not ok - NAME: why"; the last line is
 # "vllm e2e: N passed, N failed"; the exit status is 0 when none failed.
 #
-# Environment: MOEFT_E2E_PHASES (default "a b c d e"; b needs a, c-e need
-# b), MOEFT_E2E_MAX_TOKENS (1000), MOEFT_E2E_AFTER (120), MOEFT_E2E_MODEL
+# Environment: MOEFT_E2E_PHASES (default "a b c d e f"; b needs a, c-e need
+# b), MOEFT_E2E_MAX_TOKENS (1000), MOEFT_E2E_AFTER (120), MOEFT_E2E_GMAX (600), MOEFT_E2E_MODEL
 # (the model's directory, made or reused: ~/.cache/moeft/tiny-moe),
 # MOEFT_E2E_KEEP=1 (keep the work directories; they are kept anyway when a
 # check fails), MOEFT_E2E_KV_CONFIG (the --kv-transfer-config JSON, to try
@@ -44,9 +54,10 @@ cd "$(dirname "$0")/../.."
 root=$PWD
 
 build=${1:-${MOEFT_E2E_BUILD:-build}}
-phases=" ${MOEFT_E2E_PHASES:-a b c d e} "
+phases=" ${MOEFT_E2E_PHASES:-a b c d e f} "
 max_tokens=${MOEFT_E2E_MAX_TOKENS:-1000}
 after=${MOEFT_E2E_AFTER:-120}
+gmax=${MOEFT_E2E_GMAX:-600}
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/moeft
 model=${MOEFT_E2E_MODEL:-$cache/tiny-moe}
 kv_config=${MOEFT_E2E_KV_CONFIG:-'{"kv_connector":"MoeftConnector","kv_connector_module_path":"moeft.vllm","kv_role":"kv_both"}'}
@@ -55,7 +66,8 @@ block_size=32
 keep=${MOEFT_E2E_KEEP:-0}
 # The preload warns about every MOEFT_ variable it does not know: the
 # tests' own go no further than here.
-unset MOEFT_E2E_BUILD MOEFT_E2E_PHASES MOEFT_E2E_MAX_TOKENS MOEFT_E2E_AFTER MOEFT_E2E_MODEL \
+unset MOEFT_E2E_BUILD MOEFT_E2E_PHASES MOEFT_E2E_MAX_TOKENS MOEFT_E2E_AFTER MOEFT_E2E_GMAX \
+	MOEFT_E2E_MODEL \
 	MOEFT_E2E_KV_CONFIG MOEFT_E2E_KEEP MOEFT_REQUIRE_VLLM MOEFT_FUZZ_SECONDS
 
 passed=0
@@ -114,6 +126,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# PYTHONUNBUFFERED: the server's log lines are there when written (e2e.py
+# kill-at waits for one).
+export PYTHONUNBUFFERED=1
 export VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=0 \
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 # The same server every time (the connector aside in phase a).
@@ -284,9 +299,10 @@ second_crash() {
 		>"$work/resubmit-d$1-1.json" 2>"$work/resubmit-d$1-1.err" &
 	resub=$!
 	# 1/PART of the way through what the restored requests had left (the
-	# restore's directory says what), by phase c's time.
+	# restore's directory says what), from when the server's log says
+	# they resumed.
 	helper kill-at "$wal" "$max_tokens" "$work/baseline.json" \
-		"$work/resubmit-restore.secs" "$running" "$work/shm-before" "$2"
+		"$work/server-d$1-1.log" "$running" "$work/shm-before" "$2"
 	rc=$?
 	running=
 	if ((rc != 0)); then
@@ -314,10 +330,10 @@ if has d; then
 	elif ! have_resubmit; then
 		notok "second crash" "moeft resubmit missing"
 	else
-		second_crash 1 4
+		second_crash 1 8
 		if (($? == 2)); then
 			echo "    once more, on the other copy of b's logs, killed sooner"
-			second_crash 2 12
+			second_crash 2 24
 			(($? == 2)) &&
 				notok "second crash" "the resubmitted requests finished before the kill, twice"
 		fi
@@ -341,6 +357,47 @@ if has e; then
 		fi
 	fi
 	took "e"
+fi
+
+# f. moeft run --gateway: clients that do not notice two crashes.
+if has f; then
+	phase "f: moeft run --gateway, 8 streaming clients, two crashes"
+	gport=$("$py" tests/vllm/e2e.py port)
+	gurl=http://127.0.0.1:$gport
+	gw() { "$py" "$root/tests/vllm/gateway.py" "$@"; }
+	helper prompts "$work/prompts8.json" 8
+	helper shm-list "$work/shm-before"
+	( exec setsid "$moeft" run --wal "$shm/wal-f" --preload "$preload" \
+		--gateway "127.0.0.1:$gport" -- "${server[@]}" "${connector[@]}" \
+		>"$work/run-f.log" 2>&1 ) &
+	rpid=$!
+	disown "$rpid"
+	running=$(helper ident "$rpid")
+	if ! helper health "$gurl" "$rpid" 400; then
+		notok "gateway: two crashes" "the server under moeft run did not come up"
+		tail -n 25 "$work/run-f.log" | sed 's/^/    | /'
+	elif ! gw clients "$gurl" "$work/prompts8.json" $gmax "$work/gw-base.json"; then
+		notok "gateway: two crashes" "the uninterrupted run through the gateway failed"
+	elif ! gw clients "$gurl" "$work/prompts8.json" $gmax "$work/gw-got.json" $after \
+			"$rpid" 2; then
+		notok "gateway: two crashes" "the clients failed (above)"
+	else
+		grep -E '^moeft (run|restore):' "$work/run-f.log" | head -n 16 | sed 's/^/    | /'
+		if gw check "$work/gw-base.json" "$work/gw-got.json" "$work/run-f.log" $block_size \
+				16 2; then
+			ok "gateway: two crashes"
+		else
+			notok "gateway: two crashes" "(above)"
+		fi
+	fi
+	kill -TERM "$rpid" 2>/dev/null
+	if gw stopped "${running%@*}" "$work/shm-before" 120; then
+		ok "moeft run: SIGTERM"
+		running=
+	else
+		notok "moeft run: SIGTERM" "(above)"
+	fi
+	took "f"
 fi
 
 finish
