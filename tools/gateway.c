@@ -107,6 +107,8 @@ struct flight {
 	unsigned moves;		/* times sent again */
 	enum phase phase;
 	int ended;		/* the stream's last event is queued */
+	int parsed;		/* the server parsed its output (reasoning):
+				   sent again as ids, it would come back raw */
 	char error[256];	/* why it ended without finishing */
 	double wait_until, next_health, next_comment;
 	/* the transfer to the server */
@@ -247,6 +249,10 @@ static void on_event(struct flight *f, const char *data)
 			f->prompt_ids = json_incref(v);
 		if (json_is_array(ids = json_object_get(choice, "token_ids")))
 			json_array_extend(f->generated, ids);
+		v = json_object_get(choice, "delta");
+		if (json_is_string(json_object_get(v, "reasoning_content")) ||
+		    json_is_string(json_object_get(v, "reasoning")))
+			f->parsed = 1;
 		if (json_is_string(v = json_object_get(choice, "text")) ||
 		    json_is_string(v = json_object_get(json_object_get(choice, "delta"), "content")))
 			buf_add(&f->text, json_string_value(v), json_string_length(v));
@@ -318,27 +324,21 @@ static size_t from_server(char *p, size_t size, size_t n, void *arg)
  * max_tokens.  NULL when out of memory. */
 static char *continuation(struct flight *f)
 {
-	/* What a chat request keeps as a completion: its sampling. */
-	static const char *const sampling[] = {
-		"model", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
-		"stop_token_ids", "ignore_eos", "presence_penalty", "frequency_penalty",
-		"repetition_penalty", "min_tokens", "skip_special_tokens",
-		"spaces_between_special_tokens", "include_stop_str_in_output", "user", NULL
+	/* What a chat request has that a completion has not. */
+	static const char *const chat_only[] = {
+		"messages", "tools", "tool_choice", "parallel_tool_calls", "chat_template",
+		"chat_template_kwargs", "add_generation_prompt", "continue_final_message",
+		"documents", "max_completion_tokens", "logprobs", "top_logprobs",
+		"echo", NULL
 	};
-	json_t *body, *prompt;
+	json_t *body = json_deep_copy(f->req), *prompt, *v;
 	size_t gen = json_array_size(f->generated);
 	char *text;
 
-	if (f->as_completion) {
-		body = json_object();
-		for (const char *const *k = sampling; body && *k; k++)
-			if (json_object_get(f->req, *k))
-				json_object_set(body, *k, json_object_get(f->req, *k));
-	} else {
-		body = json_deep_copy(f->req);
-	}
 	if (!body)
 		return NULL;
+	for (const char *const *k = chat_only; f->as_completion && *k; k++)
+		json_object_del(body, *k);
 	json_object_set_new(body, "stream", json_true());
 	json_object_set_new(body, "stream_options", json_pack("{s:b}", "include_usage", 1));
 	json_object_set_new(body, "return_token_ids", json_true());
@@ -350,6 +350,11 @@ static char *continuation(struct flight *f)
 		json_object_del(body, "max_completion_tokens");
 		json_object_set_new(body, "max_tokens", f->max_tokens < 0 ? json_null() :
 				    json_integer(f->max_tokens - (json_int_t)gen));
+		/* What min_tokens asked for counts what was generated. */
+		if (json_is_integer(v = json_object_get(body, "min_tokens")))
+			json_object_set_new(body, "min_tokens", json_integer(
+				json_integer_value(v) > (json_int_t)gen ?
+				json_integer_value(v) - (json_int_t)gen : 0));
 	}
 	text = json_dumps(body, JSON_COMPACT);
 	json_decref(body);
@@ -398,10 +403,17 @@ static void broke(struct flight *f)
 				       "choices", "index", 0, "text", "", "finish_reason", "length",
 				       "stop_reason");
 
+		if (f->chat && ev)
+			ev = as_chat_chunk(ev);
+
 		f->finish = json_string("length");
 		if (f->stream && ev)
 			queue_event(f, ev);
 		json_decref(ev);
+		f->phase = FINISHED;
+	} else if (f->parsed) {
+		snprintf(f->error, sizeof f->error, "the server failed, and its answer was parsed "
+			 "(reasoning): sent again as token ids it would not be");
 		f->phase = FINISHED;
 	} else if ((gen || f->text.len) && (!gen || !f->prompt_ids)) {
 		/* Sent again without them, the client would get its text twice. */
@@ -608,6 +620,10 @@ static const char *unservable(struct flight *f)
 				return "\"prompt\" must be a string or an array of token ids (one "
 				       "prompt)";
 	}
+	v = json_object_get(f->req, "tool_choice");
+	if (f->chat && json_array_size(json_object_get(f->req, "tools")) &&
+	    !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
+		return "tool calls are not served through the gateway (yet)";
 	if ((v = json_object_get(f->req, "n")) && !(json_is_integer(v) && json_integer_value(v) == 1))
 		return "\"n\" must be 1 through the gateway";
 	if ((v = json_object_get(f->req, "max_tokens")) && !json_is_null(v) &&
@@ -641,8 +657,9 @@ static enum MHD_Result completion(struct MHD_Connection *c, struct flight *f, vo
 	/* A chat request's max_completion_tokens, where set, is its budget. */
 	if (!json_is_integer(v = json_object_get(f->req, "max_completion_tokens")))
 		v = json_object_get(f->req, "max_tokens");
+	/* null asks for the context's rest; absent, a completion gets 16. */
 	f->max_tokens = json_is_integer(v) ? json_integer_value(v) :
-			f->chat ? -1 : COMPLETION_MAX_TOKENS;
+			f->chat || v ? -1 : COMPLETION_MAX_TOKENS;
 	if (!(f->generated = json_array()) || !(f->multi = curl_multi_init()) ||
 	    transfer_start(f) < 0)
 		return reply_error(c, 500, "out of memory");

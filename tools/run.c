@@ -16,8 +16,8 @@
  * the loop stays single-threaded, which the fork of each start needs.
  *
  * With --gateway, moeft gateway runs beside the server as another child,
- * outside its process group: the server's crash does not touch it, and it
- * is started again when it dies.
+ * in a process group of its own: the server's crash does not touch it,
+ * it is started again when it dies, and stopped after the server.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -250,6 +250,8 @@ static int next_signal(struct run *r)
 	return sig < 0 ? 0 : sig;
 }
 
+static void gateway_ended(struct run *r);
+
 /*
  * After the server's main process ended: the rest of its processes get
  * grace_s to go on their own (a crash: none), then SIGKILL, again at each
@@ -281,6 +283,8 @@ static void end_server(struct run *r, double grace_s)
 		 * with one taken before. */
 		sig = next_signal(r);
 		reap(r);
+		if (r->gw_ended)
+			gateway_ended(r);
 		if (sig == SIGTERM || sig == SIGINT) {
 			r->stopping = r->stopping ? r->stopping : sig;
 			deadline = 0;
@@ -328,9 +332,13 @@ static int start_gateway(struct run *r)
 	sigemptyset(&none);
 	if ((err = posix_spawnattr_init(&at)))
 		return err;
+	/* In a group of its own: a terminal's ^C reaches moeft run, which
+	 * stops the server first and the gateway last. */
 	err = posix_spawnattr_setsigmask(&at, &none);
 	if (!err)
-		err = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK);
+		err = posix_spawnattr_setpgroup(&at, 0);
+	if (!err)
+		err = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
 	if (!err)
 		err = posix_spawn(&r->gw, "/proc/self/exe", NULL, &at, argv, environ);
 	posix_spawnattr_destroy(&at);

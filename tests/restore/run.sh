@@ -140,7 +140,7 @@ grep -q "is not whole" "$dir/e.err" && grep -q "^moeft run: the restore did not 
 	fail "a damaged chunk: no refusal in: $(cat "$dir/e.err")"
 [ -s "$dir/e.out" ] && fail "a damaged chunk: the server ran: $(cat "$dir/e.out")"
 
-# --gateway: moeft gateway beside the server, out of its process group;
+# --gateway: moeft gateway beside the server, in a process group of its own;
 # killed, it is started again; SIGTERM ends both.  A gateway that cannot
 # listen (its port taken) stops the server: status 2.
 gport=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -149,8 +149,8 @@ gport=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
 run=$!
 wait_lines "$dir/g.j" 200 $run
 gw=$(pgrep -P $run -f "gateway --listen 127.0.0.1:$gport") || fail "gateway: none running: $(cat "$dir/g.err")"
-[ "$(ps -o pgid= -p "$gw" | tr -d ' ')" = "$(ps -o pgid= -p $run | tr -d ' ')" ] ||
-	fail "gateway: not in moeft run's process group"
+[ "$(ps -o pgid= -p "$gw" | tr -d ' ')" = "$gw" ] ||
+	fail "gateway: not in a process group of its own"
 kill -9 "$gw"
 for _ in $(seq 200); do
 	grep -q "^moeft run: the gateway was killed by signal 9; started it again$" "$dir/g.err" && break

@@ -110,6 +110,12 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         with lock:
             running += 1
+        # With a crash to come, the streams start together (the crash is
+        # to find them all running, however late their clients came).
+        k = crash_point()
+        t0 = time.monotonic()
+        while k is not None and running < k[1] and time.monotonic() - t0 < 30:
+            time.sleep(0.01)
 
         def send(choice: dict | None, **top: object) -> None:
             ev = {"id": rid, "object": kind + (".chunk" if chat else ""), "model": "tiny",

@@ -93,6 +93,11 @@ python3 "$client" "$g" 2 30 chat >"$dir/got.chat" &
 c3=$!
 python3 "$client" "$g" 1 30 chat-whole >"$dir/got.chatw" &
 c4=$!
+for _ in $(seq 600); do
+	kill -0 $fake_pid 2>/dev/null || break
+	sleep 0.1
+done
+kill -0 $fake_pid 2>/dev/null && fail "the server did not crash within 60 s"
 wait $fake_pid
 [ -e "$dir/crash" ] && fail "the server did not crash"
 sleep 1
@@ -134,6 +139,10 @@ n=$(grep -cE '^moeft gateway: request (chat)?cmpl-[0-9]+ went on after 1 server 
 # Malformed, oversized, misdirected; the server's own refusal passed on.
 [ "$(status_of POST /v1/completions '{"prompt":')" = 400 ] || fail "malformed JSON: not 400"
 [ "$(status_of POST /v1/completions '{"prompt":"a","n":2}')" = 400 ] || fail "n 2: not 400"
+[ "$(status_of POST /v1/chat/completions '{"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function","function":{"name":"f"}}]}')" = 400 ] ||
+	fail "a chat with tools: not 400"
+[ "$(status_of POST /v1/chat/completions '{"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none","max_tokens":2}')" = 200 ] ||
+	fail "a chat with tools it may not call: not 200"
 [ "$(status_of POST /v1/completions "{\"prompt\":\"$(head -c 5000 /dev/zero | tr '\0' a)\"}")" = 413 ] ||
 	fail "a body over --max-body: not 413"
 [ "$(status_of GET /v1/other)" = 404 ] || fail "an unknown path: not 404"

@@ -38,7 +38,12 @@ def client(i: int) -> None:
     if not stream or r.status != 200:
         reply = json.loads(r.read() or b"{}")
         choices = reply.get("choices") or [{}]
-        out["text"] = choices[0].get("text") or (choices[0].get("message") or {}).get("content", "")
+        if r.status == 200 and chat:
+            assert reply["object"] == "chat.completion" and "text" not in choices[0], reply
+            out["text"] = choices[0]["message"]["content"]
+        elif r.status == 200:
+            assert reply["object"] == "text_completion" and "message" not in choices[0], reply
+            out["text"] = choices[0]["text"]
         if "error" in reply:
             out["errors"].append(reply["error"])
     else:
@@ -54,7 +59,13 @@ def client(i: int) -> None:
                 if "error" in ev:
                     out["errors"].append(ev["error"])
                 for c in ev.get("choices", []):
-                    out["text"] += c.get("text") or (c.get("delta") or {}).get("content") or ""
+                    # Each in its own API's form, a chunk sent again included.
+                    if chat:
+                        assert ev["object"] == "chat.completion.chunk" and "text" not in c, ev
+                        out["text"] += c["delta"].get("content") or ""
+                    else:
+                        assert ev["object"] == "text_completion" and "delta" not in c, ev
+                        out["text"] += c["text"]
                 out["events"] += 1
                 if leave is not None and out["events"] >= leave:
                     break
