@@ -43,7 +43,7 @@
 # "vllm e2e: N passed, N failed"; the exit status is 0 when none failed.
 #
 # Environment: MOEFT_E2E_PHASES (default "a b c d e f"; b needs a, c-e need
-# b), MOEFT_E2E_MAX_TOKENS (1000), MOEFT_E2E_AFTER (120), MOEFT_E2E_GMAX (600), MOEFT_E2E_MODEL
+# b), MOEFT_E2E_MAX_TOKENS (1000), MOEFT_E2E_AFTER (120), MOEFT_E2E_GMAX (850), MOEFT_E2E_MODEL
 # (the model's directory, made or reused: ~/.cache/moeft/tiny-moe),
 # MOEFT_E2E_KEEP=1 (keep the work directories; they are kept anyway when a
 # check fails), MOEFT_E2E_KV_CONFIG (the --kv-transfer-config JSON, to try
@@ -57,7 +57,7 @@ build=${1:-${MOEFT_E2E_BUILD:-build}}
 phases=" ${MOEFT_E2E_PHASES:-a b c d e f} "
 max_tokens=${MOEFT_E2E_MAX_TOKENS:-1000}
 after=${MOEFT_E2E_AFTER:-120}
-gmax=${MOEFT_E2E_GMAX:-600}
+gmax=${MOEFT_E2E_GMAX:-850}
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/moeft
 model=${MOEFT_E2E_MODEL:-$cache/tiny-moe}
 kv_config=${MOEFT_E2E_KV_CONFIG:-'{"kv_connector":"MoeftConnector","kv_connector_module_path":"moeft.vllm","kv_role":"kv_both"}'}
