@@ -279,8 +279,15 @@ static void on_event(struct flight *f, const char *data)
 			return;
 		}
 	}
-	if (f->stream)
+	if (f->stream && !f->moves && f->want_ids && !json_object_get(ev, "usage")) {
+		/* The server's first answer, as the client asked for it: its
+		 * bytes as they came, not parsed back into text. */
+		buf_add(&f->out, "data: ", 6);
+		buf_add(&f->out, data, strlen(data));
+		buf_add(&f->out, "\n\n", 2);
+	} else if (f->stream) {
 		queue_event(f, ev);
+	}
 	json_decref(ev);
 }
 
