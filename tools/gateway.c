@@ -111,6 +111,8 @@ struct flight {
 				   sent again as ids, it would come back raw */
 	char error[256];	/* why it ended without finishing */
 	double wait_until, next_health, next_comment;
+	double healthy_at;	/* when the server answered /health again */
+	double first_token_s;	/* from then to its first token; <0: none yet */
 	/* the transfer to the server */
 	CURLM *multi;
 	CURL *easy;
@@ -201,9 +203,11 @@ static void say_resumed(const struct flight *f, json_t *usage)
 					 "cached_tokens");
 
 	fprintf(stderr, "moeft gateway: request %s went on after %u server failure%s: %" JSON_INTEGER_FORMAT
-		" prompt tokens sent again, %s%" JSON_INTEGER_FORMAT " of them cached\n",
+		" prompt tokens sent again, %s%" JSON_INTEGER_FORMAT " of them cached; its first "
+		"token %.3f s after the server's health\n",
 		f->id ? json_string_value(f->id) : "?", f->moves, f->moves == 1 ? "" : "s", sent,
-		json_is_integer(cached) ? "" : "(not reported) ", json_integer_value(cached));
+		json_is_integer(cached) ? "" : "(not reported) ", json_integer_value(cached),
+		f->first_token_s);
 }
 
 /* A completion's event (a chat request sent again) as a chat stream's:
@@ -247,8 +251,11 @@ static void on_event(struct flight *f, const char *data)
 	if ((choice = json_array_get(json_object_get(ev, "choices"), 0))) {
 		if (!f->prompt_ids && json_is_array(v = json_object_get(choice, "prompt_token_ids")))
 			f->prompt_ids = json_incref(v);
-		if (json_is_array(ids = json_object_get(choice, "token_ids")))
+		if (json_is_array(ids = json_object_get(choice, "token_ids"))) {
+			if (f->moves && f->first_token_s < 0 && json_array_size(ids))
+				f->first_token_s = now() - f->healthy_at;
 			json_array_extend(f->generated, ids);
+		}
 		v = json_object_get(choice, "delta");
 		if (json_is_string(json_object_get(v, "reasoning_content")) ||
 		    json_is_string(json_object_get(v, "reasoning")))
@@ -471,8 +478,11 @@ static void pump(struct flight *f, int want_status)
 				f->next_health = t + HEALTH_EVERY_S;
 				if (http_request(http_url(url, sizeof url, f->gw->backend, "/health"),
 						 NULL, 2, &r, err, sizeof err) == 200 &&
-				    transfer_start(f) == 0)
+				    transfer_start(f) == 0) {
 					f->phase = SENDING;
+					f->healthy_at = t;
+					f->first_token_s = -1;
+				}
 				else if (f->error[0])
 					f->phase = FINISHED;
 				free(r.data);

@@ -133,7 +133,7 @@ PY
 
 # The gateway says what the server computed again for each: here the
 # stand-in's usage (all but the last token cached).
-n=$(grep -cE '^moeft gateway: request (chat)?cmpl-[0-9]+ went on after 1 server failure: ([0-9]+) prompt tokens sent again, [0-9]+ of them cached$' "$dir/gw.err")
+n=$(grep -cE '^moeft gateway: request (chat)?cmpl-[0-9]+ went on after 1 server failure: ([0-9]+) prompt tokens sent again, [0-9]+ of them cached; its first token [0-9]+\.[0-9]{3} s after the server.s health$' "$dir/gw.err")
 [ "$n" = 11 ] || fail "$n requests said to have gone on, not 11: $(cat "$dir/gw.err")"
 
 # Malformed, oversized, misdirected; the server's own refusal passed on.
