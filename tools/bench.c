@@ -64,14 +64,6 @@ struct results {
 	double scan_bps, scan_memcpy_bps;	/* bytes per second */
 };
 
-double bench_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 void bench_keep_min(double *best, double v)
 {
 	if (*best == 0 || v < *best)
@@ -99,7 +91,7 @@ static int batch(struct wal *w, const uint8_t *src, uint32_t size)
 
 static int run_wal(struct bench *b, uint32_t size, double *rps)
 {
-	double t0 = bench_now(), t;
+	double t0 = cli_now(), t;
 	uint64_t n = 0;
 	int ret;
 
@@ -107,14 +99,14 @@ static int run_wal(struct bench *b, uint32_t size, double *rps)
 		if ((ret = batch(b->w, b->src, size)) < 0)
 			return ret;
 		n += per_commit(size);
-	} while ((t = bench_now() - t0) < b->run_s);
+	} while ((t = cli_now() - t0) < b->run_s);
 	*rps = (double)n / t;
 	return 0;
 }
 
 static void run_memcpy(struct bench *b, uint32_t size, double *rps)
 {
-	double t0 = bench_now(), t;
+	double t0 = cli_now(), t;
 	uint64_t n = 0;
 	size_t off = 0;
 
@@ -127,7 +119,7 @@ static void run_memcpy(struct bench *b, uint32_t size, double *rps)
 			off += size;
 		}
 		n += per_commit(size);
-	} while ((t = bench_now() - t0) < b->run_s);
+	} while ((t = cli_now() - t0) < b->run_s);
 	*rps = (double)n / t;
 }
 
@@ -141,13 +133,13 @@ struct worker {
 static void *work(void *arg)
 {
 	struct worker *k = arg;
-	double t0 = bench_now();
+	double t0 = cli_now();
 
 	do {
 		if ((k->status = batch(k->b->w, k->b->src, k->size)) < 0)
 			break;
 		k->records += per_commit(k->size);
-	} while (bench_now() - t0 < k->b->run_s);
+	} while (cli_now() - t0 < k->b->run_s);
 	return NULL;
 }
 
@@ -157,7 +149,7 @@ static int run_threads(struct bench *b, uint32_t size, double *rps)
 {
 	struct worker k[THREADS];
 	pthread_t tid[THREADS];
-	double t0 = bench_now();
+	double t0 = cli_now();
 	uint64_t n = 0;
 	int started, ret = 0;
 
@@ -174,7 +166,7 @@ static int run_threads(struct bench *b, uint32_t size, double *rps)
 		if (k[i].status < 0)
 			ret = k[i].status;
 	}
-	*rps = (double)n / (bench_now() - t0);
+	*rps = (double)n / (cli_now() - t0);
 	return ret;
 }
 
@@ -200,10 +192,10 @@ static int run_latency(struct bench *b, struct results *res)
 
 			ret = a < 0 ? (int)a : 0;
 		}
-		t = bench_now();
+		t = cli_now();
 		if (ret == 0)
 			ret = wal_commit(b->w, NULL, 0, NULL);
-		lat[i] = (bench_now() - t) * 1e6;
+		lat[i] = (cli_now() - t) * 1e6;
 	}
 	qsort(lat, LAT_SAMPLES, sizeof *lat, cmp_double);
 	res->p50_us = lat[LAT_SAMPLES / 2];
@@ -278,20 +270,20 @@ static int run_scan(struct bench *b, struct results *res, struct wal_error *err)
 	}
 	for (int r = 0; r < REPEATS && ret == 0; r++) {
 		struct wal_reader *rd;
-		double t = bench_now(), dt, bps;
+		double t = cli_now(), dt, bps;
 
 		if ((ret = wal_reader_open_buf(img, len, &rd, err)) < 0)
 			break;
-		dt = bench_now() - t;
+		dt = cli_now() - t;
 		res->scan_bytes = wal_reader_recovery(rd)->bytes;
 		wal_reader_close(rd);
 		bps = (double)res->scan_bytes / dt;
 		if (bps > res->scan_bps)
 			res->scan_bps = bps;
-		t = bench_now();
+		t = cli_now();
 		memcpy(b->dst, img, res->scan_bytes < b->dst_len ? res->scan_bytes : b->dst_len);
 		bench_keep(b->dst);
-		bps = (double)res->scan_bytes / (bench_now() - t);
+		bps = (double)res->scan_bytes / (cli_now() - t);
 		if (bps > res->scan_memcpy_bps)
 			res->scan_memcpy_bps = bps;
 	}

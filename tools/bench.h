@@ -18,8 +18,6 @@ int bench_restore(const struct cli_command *cmd, int argc, char **argv);
 
 struct json;
 
-/* CLOCK_MONOTONIC in seconds. */
-double bench_now(void);
 /* *best = v when v is smaller or *best is 0 (nothing measured yet). */
 void bench_keep_min(double *best, double v);
 /* The copy into p may not be optimised away: its bytes count as read.

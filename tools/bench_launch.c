@@ -149,7 +149,7 @@ static int run(struct ctx *c, char *const argv[], int preload, char *out, size_t
 			 strerror(errno));
 		return -1;
 	}
-	t = bench_now();
+	t = cli_now();
 	err = child_spawn(&pid, argv, c->env[preload], out ? fd[1] : fd[0], -1);
 	if (out)
 		close(fd[1]);
@@ -170,7 +170,7 @@ static int run(struct ctx *c, char *const argv[], int preload, char *out, size_t
 		return -1;
 	}
 	status = child_wait(pid);
-	*wall = bench_now() - t;
+	*wall = cli_now() - t;
 	if (preload)
 		remove_log(c);
 	if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {

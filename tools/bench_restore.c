@@ -205,10 +205,10 @@ static int run(struct fixture *x, struct figures *fg, char *msg, size_t len)
 		bench_keep_min(&fg->load_s, st.load_s);
 		bench_keep_min(&fg->images_s, st.images_s);
 		fg->last = st;
-		t = bench_now();
+		t = cli_now();
 		memcpy(dst, src, bytes);
 		bench_keep(dst);
-		bench_keep_min(&fg->memcpy_s, bench_now() - t);
+		bench_keep_min(&fg->memcpy_s, cli_now() - t);
 	}
 	free(src);
 	free(dst);

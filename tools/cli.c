@@ -274,6 +274,14 @@ void cli_rm_tree(const char *dir)
 	nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
 
+double cli_now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 const char *cli_fmt_bytes(char *buf, size_t len, uint64_t bytes)
 {
 	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB" };

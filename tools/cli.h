@@ -103,6 +103,9 @@ const char *cli_parent(char *buf, size_t len, const char *path);
 /* Remove a directory and everything under it (rm -rf), errors ignored. */
 void cli_rm_tree(const char *dir);
 
+/* CLOCK_MONOTONIC in seconds: for timeouts and what took how long. */
+double cli_now(void);
+
 /* "512 B", "34 KiB", "12.3 MiB", "1 GiB" */
 const char *cli_fmt_bytes(char *buf, size_t len, uint64_t bytes);
 /* CLOCK_REALTIME nanoseconds as local "2024-05-01 12:00:00" */

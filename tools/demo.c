@@ -65,14 +65,6 @@ struct figures {
 	int equal;
 };
 
-static double ms_now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
 /* ---- options ----------------------------------------------------------------- */
 
 /* The default CMD, or why there is none (recorded as a usage error). */
@@ -300,13 +292,13 @@ static int run(struct demo *d, char **argv, char **env, const char *out, const c
 	       const char *what, double *ms)
 {
 	int ofd = out_file(d, out), efd = out_file(d, err), status = -1, e = EIO;
-	double t = ms_now();
+	double t = cli_now() * 1e3;
 	char how[64];
 	pid_t pid;
 
 	if (ofd >= 0 && efd >= 0 && !(e = child_spawn(&pid, argv, env, ofd, efd)))
 		status = wait_child(pid);
-	*ms = ms_now() - t;
+	*ms = cli_now() * 1e3 - t;
 	if (ofd >= 0)
 		close(ofd);
 	if (efd >= 0)

@@ -125,14 +125,6 @@ struct flight {
 	struct buf out;		/* for the client, not yet taken */
 };
 
-static double now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + t.tv_nsec / 1e9;
-}
-
 static void transfer_end(struct flight *f)
 {
 	if (f->easy) {
@@ -253,7 +245,7 @@ static void on_event(struct flight *f, const char *data)
 			f->prompt_ids = json_incref(v);
 		if (json_is_array(ids = json_object_get(choice, "token_ids"))) {
 			if (f->moves && f->first_token_s < 0 && json_array_size(ids))
-				f->first_token_s = now() - f->healthy_at;
+				f->first_token_s = cli_now() - f->healthy_at;
 			json_array_extend(f->generated, ids);
 		}
 		v = json_object_get(choice, "delta");
@@ -444,8 +436,8 @@ static void broke(struct flight *f)
 	f->moves++;
 	atomic_fetch_add(&f->gw->migrated, 1);
 	f->phase = WAITING;
-	f->wait_until = now() + f->gw->wait_s;
-	f->next_health = f->next_comment = now();
+	f->wait_until = cli_now() + f->gw->wait_s;
+	f->next_health = f->next_comment = cli_now();
 	transfer_end(f);
 }
 
@@ -468,7 +460,7 @@ static void pump(struct flight *f, int want_status)
 			break;
 		}
 		if (f->phase == WAITING) {
-			double t = now();
+			double t = cli_now();
 
 			if (t >= f->wait_until) {
 				snprintf(f->error, sizeof f->error, "the server did not come back "

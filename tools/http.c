@@ -9,6 +9,7 @@
 
 #include <curl/curl.h>
 
+#include "cli.h"
 #include "http.h"
 
 #define HEALTH_POLL_NS 500000000L
@@ -70,18 +71,10 @@ const char *http_url(char *buf, size_t len, const char *server, const char *path
 	return buf;
 }
 
-static double now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + t.tv_nsec / 1e9;
-}
-
 int http_wait_healthy(const char *server, double timeout_s, char *err, size_t errlen)
 {
 	const struct timespec pause = { 0, HEALTH_POLL_NS };
-	double until = now() + timeout_s;
+	double until = cli_now() + timeout_s;
 	char url[PATH_MAX];
 	struct http_reply r;
 	long st;
@@ -94,7 +87,7 @@ int http_wait_healthy(const char *server, double timeout_s, char *err, size_t er
 			return 0;
 		if (st > 0)
 			snprintf(err, errlen, "%s: HTTP %ld", url, st);
-		if (now() >= until)
+		if (cli_now() >= until)
 			return -1;
 		nanosleep(&pause, NULL);
 	}

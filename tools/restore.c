@@ -99,14 +99,6 @@ static void problem(struct restore *rs, const char *fmt, ...)
 	va_end(ap);
 }
 
-static double now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 /* ---- the output directory ----------------------------------------------- */
 
 /* A name restore writes: manifest.json (and, while it writes, the earlier
@@ -963,7 +955,7 @@ static int kv_whole(const struct restore *rs)
 static int run(struct restore *rs)
 {
 	char msg[512];
-	double t0 = now(), t;
+	double t0 = cli_now(), t;
 	struct wal_error err;
 	int ret;
 
@@ -977,7 +969,7 @@ static int run(struct restore *rs)
 			return RESTORE_NOTHING;
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s", msg);
 	}
-	rs->load_s = now() - t0;
+	rs->load_s = cli_now() - t0;
 	if (!rs->s.history_complete)
 		fprintf(stderr, "moeft restore: note: the history of epoch %" PRIu32 " is "
 			"incomplete (its start was reclaimed, or a window is damaged): allocations "
@@ -995,10 +987,10 @@ static int run(struct restore *rs)
 		rs->total += rs->s.pool[i].info.d.size;
 	if (rs->quiet || rs->total < PROGRESS_MIN || !isatty(STDERR_FILENO))
 		rs->total = 0;
-	t = now();
+	t = cli_now();
 	if ((ret = write_images(rs)))
 		return ret;
-	rs->images_s = now() - t;
+	rs->images_s = cli_now() - t;
 	if (rs->lost_named > LOST_LINES)
 		fprintf(stderr, "moeft restore: and %u more lost chunks (manifest.json lists them)\n",
 			rs->lost_named - LOST_LINES);
@@ -1016,7 +1008,7 @@ static int run(struct restore *rs)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: fsync: %s", rs->out,
 				strerror(errno));
 	if (!rs->quiet)
-		summary(rs, now() - t0);
+		summary(rs, cli_now() - t0);
 	return rs->nproblem ? EXIT_BAD : EXIT_OK;
 }
 
@@ -1493,12 +1485,12 @@ int restore_offline(const char *wal, const char *out, struct restore_stats *st)
 			      .at_step = STATE_NEWEST,
 			      .lock = PTHREAD_MUTEX_INITIALIZER,
 			      .quiet = 1 };
-	double t0 = now();
+	double t0 = cli_now();
 	int ret = run(&rs);
 
 	*st = (struct restore_stats){ .bytes = rs.bytes, .chunks = rs.chunks, .lost = rs.lost,
 				      .load_s = rs.load_s, .images_s = rs.images_s,
-				      .total_s = now() - t0 };
+				      .total_s = cli_now() - t0 };
 	restore_free(&rs);
 	return ret;
 }

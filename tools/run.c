@@ -73,14 +73,6 @@ struct run {
 
 extern char **environ;
 
-static double now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* The default directory of a server's logs: one per command line, so the
  * same command finds its logs again, in the preload's default directory:
  * /dev/shm/moeft-USER/run-NAME-HASH (NAME CMD's file name, HASH its
@@ -261,12 +253,12 @@ static void gateway_ended(struct run *r);
  */
 static void end_server(struct run *r, double grace_s)
 {
-	double deadline = now() + grace_s, since = 0;
+	double deadline = cli_now() + grace_s, since = 0;
 	size_t alive, before = 0;
 	int sig;
 
 	while ((alive = server_processes(r, 0))) {
-		double t = now();
+		double t = cli_now();
 
 		if (t >= deadline) {
 			server_processes(r, SIGKILL);
@@ -369,19 +361,19 @@ static void gateway_ended(struct run *r)
 	}
 	r->failed = EXIT_USAGE;
 	r->stopping = SIGTERM;
-	r->deadline = now() + r->grace_s;
+	r->deadline = cli_now() + r->grace_s;
 	kill(r->pid, SIGTERM);
 }
 
 /* The gateway, if any, stopped: SIGTERM, SIGKILL after --grace. */
 static void stop_gateway(struct run *r)
 {
-	double until = now() + r->grace_s;
+	double until = cli_now() + r->grace_s;
 
 	if (!r->gw)
 		return;
 	kill(r->gw, SIGTERM);
-	while (r->gw && now() < until)
+	while (r->gw && cli_now() < until)
 		if (next_signal(r) == SIGCHLD)
 			reap(r);
 	if (r->gw) {
@@ -395,7 +387,7 @@ static void stop_gateway(struct run *r)
  * counted when it does. */
 static int may_restart(struct run *r)
 {
-	double t = now();
+	double t = cli_now();
 	size_t keep = 0;
 
 	for (size_t i = 0; i < r->nrestarted; i++)
@@ -427,7 +419,7 @@ static int supervise(struct run *r)
 
 	for (;;) {
 		sig = next_signal(r);
-		t = now();
+		t = cli_now();
 		if (sig == SIGCHLD) {
 			reap(r);
 		} else if ((sig == SIGTERM || sig == SIGINT) && !r->stopping) {
