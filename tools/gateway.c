@@ -469,7 +469,7 @@ static void pump(struct flight *f, int want_status)
 			} else if (t >= f->next_health) {
 				f->next_health = t + HEALTH_EVERY_S;
 				if (http_request(http_url(url, sizeof url, f->gw->backend, "/health"),
-						 NULL, 2, &r, err, sizeof err) == 200 &&
+						 NULL, f->auth, 2, &r, err, sizeof err) == 200 &&
 				    transfer_start(f) == 0) {
 					f->phase = SENDING;
 					f->healthy_at = t;
@@ -695,13 +695,15 @@ static enum MHD_Result completion(struct MHD_Connection *c, struct flight *f, vo
 	return ret;
 }
 
-/* GET /health, /v1/models: the server's answer as it is. */
-static enum MHD_Result pass_get(struct MHD_Connection *c, struct gateway *gw, const char *path)
+/* GET /health, /v1/models: the server's answer as it is, asked with the
+ * client's Authorization. */
+static enum MHD_Result pass_get(struct MHD_Connection *c, const struct flight *f,
+				const char *path)
 {
 	char url[PATH_MAX], err[256];
 	struct http_reply r;
-	long st = http_request(http_url(url, sizeof url, gw->backend, path), NULL, 10, &r, err,
-			       sizeof err);
+	long st = http_request(http_url(url, sizeof url, f->gw->backend, path), NULL, f->auth, 10,
+			       &r, err, sizeof err);
 	enum MHD_Result ret;
 
 	if (st <= 0)
@@ -740,7 +742,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		return MHD_YES;
 	}
 	if (!strcmp(method, "GET") && (!strcmp(url, "/health") || !strcmp(url, "/v1/models")))
-		return pass_get(c, gw, url);
+		return pass_get(c, f, url);
 	f->chat = !strcmp(url, "/v1/chat/completions");
 	if (f->chat || !strcmp(url, "/v1/completions"))
 		return strcmp(method, "POST") ? reply_error(c, 405, "POST a completion")

@@ -29,8 +29,8 @@ static size_t take(char *p, size_t size, size_t n, void *arg)
 	return len;
 }
 
-long http_request(const char *url, const char *body, long timeout_s, struct http_reply *out,
-		  char *err, size_t errlen)
+long http_request(const char *url, const char *body, const char *header, long timeout_s,
+		  struct http_reply *out, char *err, size_t errlen)
 {
 	char curl_err[CURL_ERROR_SIZE] = "";
 	struct curl_slist *hdr = NULL;
@@ -51,10 +51,12 @@ long http_request(const char *url, const char *body, long timeout_s, struct http
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 5L);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout_s);
 	if (body) {
-		hdr = curl_slist_append(NULL, "Content-Type: application/json");
-		curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+		hdr = curl_slist_append(hdr, "Content-Type: application/json");
 		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
 	}
+	if (header)
+		hdr = curl_slist_append(hdr, header);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
 	rc = curl_easy_perform(c);
 	if (rc == CURLE_OK)
 		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
@@ -81,7 +83,7 @@ int http_wait_healthy(const char *server, double timeout_s, char *err, size_t er
 
 	http_url(url, sizeof url, server, "/health");
 	for (;;) {
-		st = http_request(url, NULL, 5, &r, err, errlen);
+		st = http_request(url, NULL, NULL, 5, &r, err, errlen);
 		free(r.data);
 		if (st == 200)
 			return 0;

@@ -15,10 +15,11 @@ struct http_reply {
 	size_t len;
 };
 
-/* GET (body NULL) or POST (a JSON body) url, within timeout_s (0: no
- * limit): the HTTP status with the reply in *out, or -1 with err. */
-long http_request(const char *url, const char *body, long timeout_s, struct http_reply *out,
-		  char *err, size_t errlen);
+/* GET (body NULL) or POST (a JSON body) url, with one more header line
+ * ("Name: value"; NULL: none), within timeout_s (0: no limit): the HTTP
+ * status with the reply in *out, or -1 with err. */
+long http_request(const char *url, const char *body, const char *header, long timeout_s,
+		  struct http_reply *out, char *err, size_t errlen);
 
 /* The server's base URL + path into buf; buf. */
 const char *http_url(char *buf, size_t len, const char *server, const char *path);

@@ -59,7 +59,8 @@ static int served_model(const char *server, char *out, size_t len, char *err, si
 	char url[PATH_MAX];
 	struct http_reply r;
 	json_t *root = NULL, *id;
-	long st = http_request(http_url(url, sizeof url, server, "/v1/models"), NULL, 30, &r, err, errlen);
+	long st = http_request(http_url(url, sizeof url, server, "/v1/models"), NULL, NULL, 30, &r, err,
+			       errlen);
 	int ret = -1;
 
 	if (st > 0 && st != 200)
@@ -165,7 +166,7 @@ static void *worker(void *arg)
 		}
 		if (!body)
 			continue;
-		st = http_request(url, body, 0, &b, err, sizeof err);
+		st = http_request(url, body, NULL, 0, &b, err, sizeof err);
 		if (st < 0)
 			snprintf(j->error, sizeof j->error, "%s", err);
 		else if (st != 200)

@@ -11,7 +11,7 @@ asked) or not; a chat's prompt is its messages' contents, one per line.  Its
 each next token is a function of the two before, so a request sent again
 as prompt plus generated tokens goes on exactly where it stopped.  Each
 request body is appended to LOG as one line (and "auth VALUE" for its
-Authorization header), and "cancelled" when the
+Authorization header, "auth VALUE GET PATH" for a GET's), and "cancelled" when the
 client went away mid-stream.  When CRASH_FILE holds "K N", the process
 dies (os._exit) once it has streamed K tokens while the file was there
 and N streams are running, removing the file first: a crash in
@@ -62,6 +62,8 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:
+        if self.headers.get("Authorization"):
+            note(f"auth {self.headers['Authorization']} GET {self.path}")
         if self.path == "/health":
             self.reply(200, {})
         elif self.path == "/v1/models":

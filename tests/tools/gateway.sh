@@ -153,6 +153,9 @@ n=$(grep -cE '^moeft gateway: request (chat)?cmpl-[0-9]+ went on after 1 server 
 [ "$(status_of POST /v1/completions '{"prompt":"a","max_tokens":1}' 'Bearer k-1')" = 200 ] ||
 	fail "a completion with a key: not 200"
 grep -q '^auth Bearer k-1$' "$dir/log" || fail "the client's Authorization was not passed on"
+[ "$(status_of GET /v1/models '' 'Bearer k-2')" = 200 ] || fail "/v1/models with a key: not 200"
+grep -q '^auth Bearer k-2 GET /v1/models$' "$dir/log" ||
+	fail "the client's Authorization was not passed on to /v1/models"
 
 # A client that leaves mid-stream: the server sees its request cancelled.
 : >"$dir/log"
