@@ -173,16 +173,20 @@ static void fix_usage(struct flight *f, json_t *usage)
 	json_object_set_new(usage, "total_tokens", json_integer(prompt + gen));
 }
 
-/* An event for the client: "data: JSON\n\n". */
+/* An event's data for the client: "data: TEXT\n\n". */
+static void queue_data(struct flight *f, const char *text)
+{
+	buf_add(&f->out, "data: ", 6);
+	buf_add(&f->out, text, strlen(text));
+	buf_add(&f->out, "\n\n", 2);
+}
+
 static void queue_event(struct flight *f, json_t *ev)
 {
 	char *line = json_dumps(ev, JSON_COMPACT);
 
-	if (!line)
-		return;
-	buf_add(&f->out, "data: ", 6);
-	buf_add(&f->out, line, strlen(line));
-	buf_add(&f->out, "\n\n", 2);
+	if (line)
+		queue_data(f, line);
 	free(line);
 }
 
@@ -281,9 +285,7 @@ static void on_event(struct flight *f, const char *data)
 	if (f->stream && !f->moves && f->want_ids && !json_object_get(ev, "usage")) {
 		/* The server's first answer, as the client asked for it: its
 		 * bytes as they came, not parsed back into text. */
-		buf_add(&f->out, "data: ", 6);
-		buf_add(&f->out, data, strlen(data));
-		buf_add(&f->out, "\n\n", 2);
+		queue_data(f, data);
 	} else if (f->stream) {
 		queue_event(f, ev);
 	}
@@ -562,7 +564,7 @@ static ssize_t stream_out(void *arg, uint64_t pos, char *to, size_t max)
 			queue_event(f, e);
 			json_decref(e);
 		}
-		buf_add(&f->out, "data: [DONE]\n\n", sizeof "data: [DONE]\n\n" - 1);
+		queue_data(f, "[DONE]");
 	}
 	n = f->out.len < max ? f->out.len : max;
 	memcpy(to, f->out.p, n);

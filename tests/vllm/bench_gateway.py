@@ -26,28 +26,7 @@ import sys
 import threading
 import time
 
-from e2e import body_for, conn, get, model_name
-
-
-def port() -> int:
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait_health(url: str, seconds: float) -> None:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < seconds:
-        try:
-            if get(url, "/health", 2)[0] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    sys.exit(f"bench_gateway: {url} not healthy within {seconds} s")
+from e2e import body_for, conn, free_port, model_name, server_argv, wait_health
 
 
 def batch(url: str, model: str, streams: int, max_tokens: int) -> tuple[float, list[float]]:
@@ -100,12 +79,9 @@ def main(argv: list[str]) -> None:
     streams = int(argv[2]) if len(argv) > 2 else 64
     max_tokens = int(argv[3]) if len(argv) > 3 else 64
     rounds = int(argv[4]) if len(argv) > 4 else 3
-    sp, gp = port(), port()
+    sp, gp = free_port(), free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-         "--port", str(sp), "--dtype", "float32", "--enforce-eager", "--block-size", "32",
-         "--seed", "0", "--num-gpu-blocks-override", "512", "--max-model-len", "2048",
-         "--max-num-seqs", str(streams)],
+        server_argv(model_dir, sp, 512, "--max-num-seqs", str(streams)),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     gateway = subprocess.Popen([moeft, "gateway", "--listen", f"127.0.0.1:{gp}",
                                 "--backend", f"http://127.0.0.1:{sp}"],

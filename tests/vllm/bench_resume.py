@@ -25,10 +25,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from e2e import cmd_prompts, get, say
+from e2e import cmd_prompts, free_port, say, server_argv, wait_health
 from gateway import cmd_clients
 
 KV_CONFIG = ('{"kv_connector":"MoeftConnector","kv_connector_module_path":"moeft.vllm",'
@@ -37,22 +36,10 @@ LINE = re.compile(r"went on after 1 server failure: (\d+) prompt tokens sent aga
                   r"of them cached; its first token ([0-9.]+) s after the server's health")
 
 
-def free_port() -> int:
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 def one(moeft: str, lib: str, model: str, work: Path, name: str, connector: bool,
         max_tokens: str, after: str) -> list[tuple[int, int, float]]:
     port, gport = free_port(), free_port()
-    server = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
-              "--port", str(port), "--dtype", "float32", "--enforce-eager", "--block-size",
-              "32", "--seed", "0", "--num-gpu-blocks-override", "256", "--max-model-len",
-              "2048", "--enable-prompt-tokens-details"]
+    server = server_argv(model, port, 256, "--enable-prompt-tokens-details")
     if connector:
         server += ["--kv-transfer-config", KV_CONFIG]
     log = work / f"{name}.log"
@@ -62,16 +49,7 @@ def one(moeft: str, lib: str, model: str, work: Path, name: str, connector: bool
                            stdout=log.open("w"), stderr=subprocess.STDOUT,
                            start_new_session=True)
     try:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 400:
-            try:
-                if get(f"http://127.0.0.1:{gport}", "/health", 2)[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.5)
-        else:
-            sys.exit(f"bench_resume: {name}: the server did not come up ({log})")
+        wait_health(f"http://127.0.0.1:{gport}", 400)
         cmd_clients(f"http://127.0.0.1:{gport}", str(work / "prompts.json"), max_tokens,
                     str(work / f"{name}.json"), after, str(run.pid), "1")
     finally:

@@ -247,11 +247,37 @@ def urgent() -> None:
         pass
 
 
-def cmd_port() -> None:
+def free_port() -> int:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
-    print(s.getsockname()[1])
+    port = int(s.getsockname()[1])
     s.close()
+    return port
+
+
+def cmd_port() -> None:
+    print(free_port())
+
+
+def wait_health(url: str, seconds: float) -> None:
+    """Until url's /health answers 200; the caller's exit after seconds."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        try:
+            if get(url, "/health", 2)[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    fail(f"{url}: no /health 200 within {seconds} s")
+
+
+def server_argv(model: str, port: int, blocks: int, *extra: str) -> list[str]:
+    """e2e.sh's server, for the benchmarks in Python (tests/vllm/README.md)."""
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+            "--port", str(port), "--dtype", "float32", "--enforce-eager", "--block-size",
+            "32", "--seed", "0", "--num-gpu-blocks-override", str(blocks),
+            "--max-model-len", "2048", *extra]
 
 
 def cmd_prompts(out: str, n: str = "4") -> None:
