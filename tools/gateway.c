@@ -54,43 +54,12 @@ struct gateway {
 	atomic_ulong migrated;
 };
 
-/* Growing bytes. */
-struct buf {
-	char *p;
-	size_t len, cap;
-};
-
-static int buf_add(struct buf *b, const char *p, size_t n)
-{
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 4096;
-		char *grown;
-
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		if (!(grown = realloc(b->p, cap)))
-			return -1;
-		b->p = grown;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, p, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-	return 0;
-}
-
-static void buf_drop(struct buf *b, size_t n)
-{
-	memmove(b->p, b->p + n, b->len - n + 1);
-	b->len -= n;
-}
-
 enum phase { SENDING, WAITING, FINISHED };
 
 /* One client's request, from its body to the end of its answer. */
 struct flight {
 	struct gateway *gw;
-	struct buf body;	/* the client's request body */
+	struct http_buf body;	/* the client's request body */
 	char *auth;		/* its Authorization header, passed on; NULL: none */
 	int too_large;
 	/* a completion */
@@ -101,7 +70,7 @@ struct flight {
 	int stream, want_ids, want_usage;
 	json_t *prompt_ids;	/* as the server's first event said; NULL before */
 	json_t *generated;	/* every token id generated */
-	struct buf text;	/* and its text, for a non-streaming client */
+	struct http_buf text;	/* and its text, for a non-streaming client */
 	json_t *id, *finish, *stop_reason, *usage;
 	long long max_tokens;	/* -1: none (a chat's: up to the context) */
 	unsigned moves;		/* times sent again */
@@ -118,11 +87,11 @@ struct flight {
 	CURL *easy;
 	struct curl_slist *headers;
 	char *sent;		/* its body */
-	struct buf in;		/* its bytes not yet a whole event */
-	struct buf raw;		/* its whole reply, when not 200 */
+	struct http_buf in;		/* its bytes not yet a whole event */
+	struct http_buf raw;		/* its whole reply, when not 200 */
 	long status;
 	int over;
-	struct buf out;		/* for the client, not yet taken */
+	struct http_buf out;		/* for the client, not yet taken */
 };
 
 static void transfer_end(struct flight *f)
@@ -138,7 +107,7 @@ static void transfer_end(struct flight *f)
 	f->easy = NULL;
 	f->headers = NULL;
 	f->sent = NULL;
-	f->in = f->raw = (struct buf){ 0 };
+	f->in = f->raw = (struct http_buf){ 0 };
 }
 
 static void flight_free(struct flight *f)
@@ -176,9 +145,9 @@ static void fix_usage(struct flight *f, json_t *usage)
 /* An event's data for the client: "data: TEXT\n\n". */
 static void queue_data(struct flight *f, const char *text)
 {
-	buf_add(&f->out, "data: ", 6);
-	buf_add(&f->out, text, strlen(text));
-	buf_add(&f->out, "\n\n", 2);
+	http_buf_add(&f->out, "data: ", 6);
+	http_buf_add(&f->out, text, strlen(text));
+	http_buf_add(&f->out, "\n\n", 2);
 }
 
 static void queue_event(struct flight *f, json_t *ev)
@@ -222,8 +191,9 @@ static json_t *as_chat_chunk(json_t *ev)
 
 /* One event's data from the server: journal it, and pass it on to a
  * streaming client as the client asked for it. */
-static void on_event(struct flight *f, const char *data)
+static void on_event(void *arg, const char *data)
 {
+	struct flight *f = arg;
 	json_t *ev, *choice, *ids, *v;
 
 	if (!strcmp(data, "[DONE]") || !(ev = json_loads(data, 0, NULL)))
@@ -258,7 +228,7 @@ static void on_event(struct flight *f, const char *data)
 			f->parsed = 1;
 		if (json_is_string(v = json_object_get(choice, "text")) ||
 		    json_is_string(v = json_object_get(json_object_get(choice, "delta"), "content")))
-			buf_add(&f->text, json_string_value(v), json_string_length(v));
+			http_buf_add(&f->text, json_string_value(v), json_string_length(v));
 		if ((v = json_object_get(choice, "finish_reason")) && !json_is_null(v)) {
 			json_decref(f->finish);
 			f->finish = json_incref(v);
@@ -292,26 +262,6 @@ static void on_event(struct flight *f, const char *data)
 	json_decref(ev);
 }
 
-/* Whole events out of f->in ("data: ...\n\n"; other fields ignored). */
-static void take_events(struct flight *f)
-{
-	char *end;
-
-	while ((end = strstr(f->in.p ? f->in.p : "", "\n\n"))) {
-		*end = '\0';
-		for (char *line = f->in.p; line && *line; ) {
-			char *nl = strchr(line, '\n');
-
-			if (nl)
-				*nl = '\0';
-			if (!strncmp(line, "data:", 5))
-				on_event(f, line + 5 + (line[5] == ' '));
-			line = nl ? nl + 1 : NULL;
-		}
-		buf_drop(&f->in, (size_t)(end + 2 - f->in.p));
-	}
-}
-
 static size_t from_server(char *p, size_t size, size_t n, void *arg)
 {
 	struct flight *f = arg;
@@ -320,10 +270,10 @@ static size_t from_server(char *p, size_t size, size_t n, void *arg)
 	if (!f->status)
 		curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &f->status);
 	if (f->status != 200)
-		return buf_add(&f->raw, p, len) < 0 || f->raw.len > HTTP_REPLY_MAX ? 0 : len;
-	if (buf_add(&f->in, p, len) < 0 || f->in.len > EVENT_MAX)
+		return http_buf_add(&f->raw, p, len) < 0 || f->raw.len > HTTP_REPLY_MAX ? 0 : len;
+	if (http_buf_add(&f->in, p, len) < 0 || f->in.len > EVENT_MAX)
 		return 0;
-	take_events(f);
+	http_sse_take(&f->in, on_event, f);
 	return len;
 }
 
@@ -451,7 +401,7 @@ static void broke(struct flight *f)
 static void pump(struct flight *f, int want_status)
 {
 	char url[PATH_MAX], err[256];
-	struct http_reply r;
+	struct http_buf r;
 	CURLMsg *msg;
 	int left, running;
 
@@ -479,10 +429,10 @@ static void pump(struct flight *f, int want_status)
 				}
 				else if (f->error[0])
 					f->phase = FINISHED;
-				free(r.data);
+				free(r.p);
 			} else if (f->stream && t >= f->next_comment) {
 				f->next_comment = t + COMMENT_EVERY_S;
-				buf_add(&f->out, WAITING_LINE, sizeof WAITING_LINE - 1);
+				http_buf_add(&f->out, WAITING_LINE, sizeof WAITING_LINE - 1);
 			} else {
 				struct timespec pause = { 0, 100000000L };
 
@@ -568,7 +518,7 @@ static ssize_t stream_out(void *arg, uint64_t pos, char *to, size_t max)
 	}
 	n = f->out.len < max ? f->out.len : max;
 	memcpy(to, f->out.p, n);
-	buf_drop(&f->out, n);
+	http_buf_drop(&f->out, n);
 	return (ssize_t)n;
 }
 
@@ -703,7 +653,7 @@ static enum MHD_Result pass_get(struct MHD_Connection *c, const struct flight *f
 				const char *path)
 {
 	char url[PATH_MAX], err[256];
-	struct http_reply r;
+	struct http_buf r;
 	long st = http_request(http_url(url, sizeof url, f->gw->backend, path), NULL, f->auth, 10,
 			       &r, err, sizeof err);
 	enum MHD_Result ret;
@@ -711,8 +661,8 @@ static enum MHD_Result pass_get(struct MHD_Connection *c, const struct flight *f
 	if (st <= 0)
 		ret = reply_error(c, 503, "the server is not answering (restarting?)");
 	else
-		ret = reply(c, (unsigned)st, r.data ? r.data : "");
-	free(r.data);
+		ret = reply(c, (unsigned)st, r.p ? r.p : "");
+	free(r.p);
 	return ret;
 }
 
@@ -738,7 +688,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	if (*upload_len) {
 		if (f->body.len + *upload_len > gw->max_body)
 			f->too_large = 1;
-		else if (buf_add(&f->body, upload, *upload_len) < 0)
+		else if (http_buf_add(&f->body, upload, *upload_len) < 0)
 			return MHD_NO;
 		*upload_len = 0;
 		return MHD_YES;

@@ -14,23 +14,62 @@
 
 #define HEALTH_POLL_NS 500000000L
 
+int http_buf_add(struct http_buf *b, const char *p, size_t n)
+{
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 4096;
+		char *grown;
+
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		if (!(grown = realloc(b->p, cap)))
+			return -1;
+		b->p = grown;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, p, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+	return 0;
+}
+
+void http_buf_drop(struct http_buf *b, size_t n)
+{
+	memmove(b->p, b->p + n, b->len - n + 1);
+	b->len -= n;
+}
+
+void http_sse_take(struct http_buf *b, void (*on_data)(void *arg, const char *data), void *arg)
+{
+	char *end;
+
+	while ((end = strstr(b->p ? b->p : "", "\n\n"))) {
+		*end = '\0';
+		for (char *line = b->p; line && *line; ) {
+			char *nl = strchr(line, '\n');
+
+			if (nl)
+				*nl = '\0';
+			if (!strncmp(line, "data:", 5))
+				on_data(arg, line + 5 + (line[5] == ' '));
+			line = nl ? nl + 1 : NULL;
+		}
+		http_buf_drop(b, (size_t)(end + 2 - b->p));
+	}
+}
+
 static size_t take(char *p, size_t size, size_t n, void *arg)
 {
-	struct http_reply *b = arg;
+	struct http_buf *b = arg;
 	size_t len = size * n;
-	char *grown;
 
-	if (len > HTTP_REPLY_MAX - b->len || !(grown = realloc(b->data, b->len + len + 1)))
+	if (len > HTTP_REPLY_MAX - b->len || http_buf_add(b, p, len) < 0)
 		return 0;	/* curl fails the transfer */
-	memcpy(grown + b->len, p, len);
-	b->len += len;
-	grown[b->len] = '\0';
-	b->data = grown;
 	return len;
 }
 
 long http_request(const char *url, const char *body, const char *header, long timeout_s,
-		  struct http_reply *out, char *err, size_t errlen)
+		  struct http_buf *out, char *err, size_t errlen)
 {
 	char curl_err[CURL_ERROR_SIZE] = "";
 	struct curl_slist *hdr = NULL;
@@ -38,7 +77,7 @@ long http_request(const char *url, const char *body, const char *header, long ti
 	long status = 0;
 	CURLcode rc;
 
-	*out = (struct http_reply){ 0 };
+	*out = (struct http_buf){ 0 };
 	if (!c) {
 		snprintf(err, errlen, "libcurl: out of memory");
 		return -1;
@@ -78,13 +117,13 @@ int http_wait_healthy(const char *server, double timeout_s, char *err, size_t er
 	const struct timespec pause = { 0, HEALTH_POLL_NS };
 	double until = cli_now() + timeout_s;
 	char url[PATH_MAX];
-	struct http_reply r;
+	struct http_buf r;
 	long st;
 
 	http_url(url, sizeof url, server, "/health");
 	for (;;) {
 		st = http_request(url, NULL, NULL, 5, &r, err, errlen);
-		free(r.data);
+		free(r.p);
 		if (st == 200)
 			return 0;
 		if (st > 0)

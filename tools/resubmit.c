@@ -57,7 +57,7 @@ struct resubmit {
 static int served_model(const char *server, char *out, size_t len, char *err, size_t errlen)
 {
 	char url[PATH_MAX];
-	struct http_reply r;
+	struct http_buf r;
 	json_t *root = NULL, *id;
 	long st = http_request(http_url(url, sizeof url, server, "/v1/models"), NULL, NULL, 30, &r, err,
 			       errlen);
@@ -65,7 +65,7 @@ static int served_model(const char *server, char *out, size_t len, char *err, si
 
 	if (st > 0 && st != 200)
 		snprintf(err, errlen, "%s: HTTP %ld", url, st);
-	else if (st == 200 && (!(root = json_loadb(r.data ? r.data : "", r.len, 0, NULL)) ||
+	else if (st == 200 && (!(root = json_loadb(r.p ? r.p : "", r.len, 0, NULL)) ||
 			       !(id = json_object_get(json_array_get(json_object_get(root, "data"),
 								     0), "id")) ||
 			       !json_is_string(id) || strlen(json_string_value(id)) >= len))
@@ -73,7 +73,7 @@ static int served_model(const char *server, char *out, size_t len, char *err, si
 	else if (st == 200)
 		ret = snprintf(out, len, "%s", json_string_value(id)) < 0 ? -1 : 0;
 	json_decref(root);
-	free(r.data);
+	free(r.p);
 	return ret;
 }
 
@@ -125,9 +125,9 @@ static char *body_of(const struct resubmit *rs, struct job *j)
 }
 
 /* The server's answer to job j into it. */
-static void read_answer(struct job *j, const struct http_reply *b)
+static void read_answer(struct job *j, const struct http_buf *b)
 {
-	json_t *root = json_loadb(b->data ? b->data : "", b->len, 0, NULL);
+	json_t *root = json_loadb(b->p ? b->p : "", b->len, 0, NULL);
 	json_t *choice = json_array_get(json_object_get(root, "choices"), 0);
 	json_t *ids = json_object_get(choice, "token_ids");
 	json_t *fin = json_object_get(choice, "finish_reason");
@@ -136,7 +136,7 @@ static void read_answer(struct job *j, const struct http_reply *b)
 
 	if (!json_is_array(ids)) {
 		snprintf(j->error, sizeof j->error, "the reply has no token ids (%.120s)",
-			 b->data ? b->data : "");
+			 b->p ? b->p : "");
 	} else {
 		j->tokens_after = json_incref(ids);
 		j->cached = json_is_integer(cached) ? json_integer_value(cached) : -1;
@@ -156,7 +156,7 @@ static void *worker(void *arg)
 	while ((i = atomic_fetch_add(&rs->next, 1)) < rs->njobs) {
 		struct job *j = &rs->jobs[i];
 		char *body = body_of(rs, j);
-		struct http_reply b;
+		struct http_buf b;
 		long st;
 
 		if (!body && j->done) {	/* complete as it was */
@@ -171,10 +171,10 @@ static void *worker(void *arg)
 			snprintf(j->error, sizeof j->error, "%s", err);
 		else if (st != 200)
 			snprintf(j->error, sizeof j->error, "HTTP %ld: %.160s", st,
-				 b.data ? b.data : "");
+				 b.p ? b.p : "");
 		else
 			read_answer(j, &b);
-		free(b.data);
+		free(b.p);
 		free(body);
 	}
 	return NULL;
