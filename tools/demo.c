@@ -30,6 +30,7 @@
 
 #include "child.h"
 #include "cli.h"
+#include "demo.h"
 #include "json.h"
 #include "kvstore.h"
 #include "launch.h"
@@ -107,6 +108,7 @@ static void check_wal(struct cli_opts *o, struct demo *d, const char *path)
 static int parse(struct demo *d, int argc, char **argv, int *code)
 {
 	static const struct option opts[] = {
+		{ "engine", required_argument, NULL, 'e' },
 		{ "preload", required_argument, NULL, 'p' },
 		{ "steps", required_argument, NULL, 's' },
 		{ "wal", required_argument, NULL, 'w' },
@@ -123,6 +125,11 @@ static int parse(struct demo *d, int argc, char **argv, int *code)
 
 	while ((c = cli_getopt(&o, argc, argv, opts)) != -1) {
 		switch (c) {
+		case 'e':
+			if (strcmp(optarg, "serve"))
+				cli_usage_error(&o, "--engine %s: not an engine moeft demo knows "
+						"(serve, vllm)", optarg);
+			break;
 		case 'p': d->lib = optarg; break;
 		case 's':
 			if (cli_parse_u64(&o, "--steps", optarg, MIN_STEPS, 1000000, &v) == 0)
@@ -237,17 +244,17 @@ static void show_file(const struct demo *d, const char *name)
  * An interrupt (Ctrl-C, SIGTERM, SIGHUP) kills the child that runs, the
  * demo stops after it and removes its directory, and then the signal ends
  * moeft as it would have: nothing is left behind in /dev/shm.  The handler
- * only notes the signal: the waits below poll, and kill only a child they
- * have not reaped, whose pid cannot have been reused.
+ * only notes the signal: the waits poll, and kill only a child they have
+ * not reaped, whose pid cannot have been reused.
  */
-static volatile sig_atomic_t interrupted;
+volatile sig_atomic_t demo_interrupted;
 
 static void on_interrupt(int sig)
 {
-	interrupted = sig;
+	demo_interrupted = sig;
 }
 
-static void catch_interrupts(void)
+void demo_catch_interrupts(void)
 {
 	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
 	struct sigaction sa = { .sa_handler = on_interrupt };
@@ -258,9 +265,9 @@ static void catch_interrupts(void)
 }
 
 /* After the directory is gone: end by the signal that interrupted. */
-static void end_if_interrupted(void)
+void demo_end_if_interrupted(void)
 {
-	int sig = interrupted;
+	int sig = demo_interrupted;
 
 	if (!sig)
 		return;
@@ -275,7 +282,7 @@ static int wait_child(pid_t pid)
 	pid_t r;
 
 	while ((r = waitpid(pid, &status, WNOHANG)) == 0 || (r < 0 && errno == EINTR)) {
-		if (interrupted)
+		if (demo_interrupted)
 			kill(pid, SIGKILL);
 		usleep(POLL_US);
 	}
@@ -303,7 +310,7 @@ static int run(struct demo *d, char **argv, char **env, const char *out, const c
 		close(ofd);
 	if (efd >= 0)
 		close(efd);
-	if (interrupted)
+	if (demo_interrupted)
 		return -1;
 	if (e) {
 		cli_fail(d->cmd, d->json, 0, "cannot run %s: %s", argv[0], strerror(e));
@@ -363,7 +370,7 @@ static int crash(struct demo *d, struct figures *f)
 				j.fd = open(d->journal, O_RDONLY | O_CLOEXEC);
 			if (j.fd >= 0)
 				journal_read(&j);
-			if (j.steps >= at || interrupted) {
+			if (j.steps >= at || demo_interrupted) {
 				kill(pid, SIGKILL);
 				status = child_wait(pid);
 				break;
@@ -378,7 +385,7 @@ static int crash(struct demo *d, struct figures *f)
 		close(j.fd);
 	}
 	f->killed = j.steps;
-	if (interrupted)
+	if (demo_interrupted)
 		return -1;
 	if (e) {
 		cli_fail(d->cmd, d->json, 0, "cannot run %s: %s", d->cmdj[0], strerror(e));
@@ -574,14 +581,28 @@ static int demo_runs(struct demo *d)
 	return f.equal ? EXIT_OK : EXIT_BAD;
 }
 
+/* --engine's value before "--": which demo runs ("serve" when none). */
+static const char *engine_of(int argc, char **argv)
+{
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+		if (!strcmp(argv[i], "--engine") && i + 1 < argc)
+			return argv[i + 1];
+		if (!strncmp(argv[i], "--engine=", 9))
+			return argv[i] + 9;
+	}
+	return "serve";
+}
+
 static int demo(const struct cli_command *cmd, int argc, char **argv)
 {
-	struct demo *d = calloc(1, sizeof *d);
+	struct demo *d;
 	/* The default CMD, d->serve: a model big enough to show the RTO. */
 	char *def[] = { NULL, "--mode=graph", "--seqs=32", "--layers=8" };
 	int ncmd, ret;
 
-	if (!d)
+	if (!strcmp(engine_of(argc, argv), "vllm"))
+		return demo_vllm(cmd, argc, argv);
+	if (!(d = calloc(1, sizeof *d)))
 		return cli_fail(cmd, 0, EXIT_USAGE, "out of memory");
 	d->cmd = cmd;
 	d->steps = DEFAULT_STEPS;
@@ -589,7 +610,7 @@ static int demo(const struct cli_command *cmd, int argc, char **argv)
 		free(d);
 		return ret;
 	}
-	catch_interrupts();
+	demo_catch_interrupts();
 	snprintf(d->dir, sizeof d->dir, "/dev/shm/moeft-demo.XXXXXX");
 	if (!mkdtemp(d->dir)) {
 		ret = cli_fail(cmd, d->json, EXIT_USAGE, "cannot make a directory in /dev/shm: %s",
@@ -613,27 +634,32 @@ static int demo(const struct cli_command *cmd, int argc, char **argv)
 	free(d->cmdj);
 	free(d->restorev);
 	free(d);
-	end_if_interrupted();
+	demo_end_if_interrupted();
 	return ret;
 }
 
 const struct cli_command cmd_demo = {
 	.name = "demo",
-	.summary = "crash a serving program under the preload, restore it, report",
+	.summary = "crash a serving program (or a real vLLM) under the preload, restore it, report",
 	.run = demo,
 	.usage =
-	"Usage: moeft demo [--preload LIB] [--steps N] [--wal PATH] [--json]\n"
-	"                  [-- CMD [ARGS...]]\n"
+	"Usage: moeft demo [--engine serve] [--preload LIB] [--steps N] [--wal PATH]\n"
+	"                  [--json] [-- CMD [ARGS...]]\n"
+	"       moeft demo --engine vllm --model MODEL [--python PY] [--clients N]\n"
+	"                  [--tokens N] [--wait S] [--preload LIB] [--json]\n"
+	"                  [-- SERVER ARGS...]\n"
 	"\n"
-	"moeft's main job, shown on a serving program.  CMD decodes N steps\n"
-	"uninterrupted without the preload (the reference); then again under\n"
-	"LD_PRELOAD=LIB, writing its log, until a SIGKILL once 60% of the steps\n"
-	"are done; then 'moeft restore --wal LOG --preload LIB -- CMD ...' (this\n"
-	"moeft) restores the last committed window and CMD finishes from there.\n"
-	"The report: whether the restored run's output equals the reference's\n"
-	"(RESULT), the steps lost (RPO: steps done before the kill less the step\n"
-	"resumed at; the window is 16 steps), and the restore's time (RTO) against\n"
-	"decoding those steps again.\n"
+	"moeft's main job, shown on a serving program (--engine serve, the default)\n"
+	"or on a real vLLM (--engine vllm).\n"
+	"\n"
+	"--engine serve: CMD decodes N steps uninterrupted without the preload (the\n"
+	"reference); then again under LD_PRELOAD=LIB, writing its log, until a\n"
+	"SIGKILL once 60% of the steps are done; then 'moeft restore --wal LOG\n"
+	"--preload LIB -- CMD ...' (this moeft) restores the last committed window\n"
+	"and CMD finishes from there.  The report: whether the restored run's\n"
+	"output equals the reference's (RESULT), the steps lost (RPO: steps done\n"
+	"before the kill less the step resumed at; the window is 16 steps), and the\n"
+	"restore's time (RTO) against decoding those steps again.\n"
 	"\n"
 	"CMD runs as 'CMD [ARGS...] --steps=N [--journal=PATH]'.  It must print on\n"
 	"stdout the same bytes when restored as when uninterrupted, append a line\n"
@@ -655,7 +681,31 @@ const struct cli_command cmd_demo = {
 	"  -j, --json         print one JSON object instead of the report\n"
 	"  -h, --help         show this help\n"
 	"\n"
-	"Exit status: 0 the restored run's output equals the reference's, 1 it\n"
+	"--engine vllm: 'moeft run --gateway' (this moeft) starts vLLM's OpenAI\n"
+	"server, 'PY -m vllm.entrypoints.openai.api_server --model MODEL --port P\n"
+	"--seed 0 --kv-transfer-config {moeft.vllm's MoeftConnector} [SERVER\n"
+	"ARGS...]', under the preload, its logs in a temporary directory in\n"
+	"/dev/shm.  N clients stream greedy completions of their own prompts\n"
+	"through the gateway, twice: uninterrupted (the reference), then with\n"
+	"SIGKILL to the server's process group once the leading client has 40% of\n"
+	"its tokens; moeft run restores the server and starts it again, and the\n"
+	"gateway carries the clients' streams over.  The report: whether every\n"
+	"client got the reference text with status 200 and no error (RESULT), the\n"
+	"longest wait for a token (PAUSE), what the restarted server computed of\n"
+	"the tokens the gateway sent again (RECOMPUTE), and that SIGTERM to moeft\n"
+	"run left none of the server's processes (STOP).  PY must import vLLM and\n"
+	"moeft.vllm (python/; tools/setup.sh --vllm makes such a Python, and\n"
+	"tools/demo.sh --engine vllm runs this demo with it on a tiny model).\n"
+	"\n"
+	"  -m, --model MODEL  the model vLLM serves: a directory or a name\n"
+	"  -P, --python PY    the Python of vLLM (default: python3 in PATH)\n"
+	"  -c, --clients N    streaming clients, 1 to 64 (default 8)\n"
+	"  -t, --tokens N     tokens each client asks for, 16 to 4096 (default 256)\n"
+	"  -W, --wait S       seconds the server may take to start, 10 to 86400\n"
+	"                     (default 600)\n"
+	"\n"
+	"Exit status: 0 the restored run's output equals the reference's (with\n"
+	"--engine vllm: every client's text, and moeft run stopped cleanly), 1 it\n"
 	"differs or a run under the preload failed, 2 usage or environment error\n"
-	"(CMD failing without the preload included).\n",
+	"(CMD failing without the preload, or the server not starting, included).\n",
 };

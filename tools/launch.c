@@ -199,9 +199,13 @@ int launch_check_preload(const char *path, char *msg, size_t len)
 int launch_exec(char **cmd, const char *preload, const char *wal, const char *plan)
 {
 	const char *old = getenv("LD_PRELOAD");
-	char *both = NULL;
+	char *both = NULL, abs[PATH_MAX];
 	int ret;
 
+	/* A relative path stops loading in the first process that runs
+	 * in another directory (a server's workers, its compilers). */
+	if (realpath(preload, abs))
+		preload = abs;
 	if (old && *old && asprintf(&both, "%s:%s", preload, old) < 0)
 		return -1;
 	ret = setenv("LD_PRELOAD", both ? both : preload, 1);

@@ -40,7 +40,8 @@ int launch_check_preload(const char *path, char *msg, size_t len);
 
 /*
  * Replace this process by cmd[0] with cmd as its arguments (searched in
- * PATH), with LD_PRELOAD=preload (ahead of any the environment has),
+ * PATH), with LD_PRELOAD=preload (its absolute path, ahead of any the
+ * environment has),
  * MOEFT_WAL=wal, and MOEFT_RESTORE=plan when plan is not NULL (else it is
  * removed).  MOEFT_RESTORE_MANIFEST is always removed: only the preload
  * hands the command its resume position, once it took the plan.  Returns

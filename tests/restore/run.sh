@@ -12,7 +12,8 @@
 # Usage: run.sh MOEFT LIBMOEFT SERVE KVTOOL FAMILY
 set -u
 
-moeft=$1 lib=$2 serve=$3 kvtool=$4 family=$5
+# absolute: one run starts in the library's directory
+moeft=$(realpath "$1") lib=$2 serve=$(realpath "$3") kvtool=$4 family=$5
 steps=6000
 dir=$(mktemp -d)
 decoy=/dev/shm/psm_moeft_decoy_$$
@@ -100,11 +101,15 @@ grep -q "was killed by signal 9, and was restarted 1 times within the last 3600 
 no_server "restart limit"
 
 # SIGTERM to moeft run goes to the server, which dies of it: status 143,
-# no restart, nothing left.
-"$moeft" run --wal "$dir/c" --preload "$lib" -- "$serve" --steps=$steps \
-	--journal="$dir/c.j" >"$dir/c.out" 2>"$dir/c.err" &
+# no restart, nothing left.  Its --preload given relative, the server has
+# it absolute (its processes may run in other directories).
+(cd "$(dirname "$lib")" && exec "$moeft" run --wal "$dir/c" --preload "./${lib##*/}" -- \
+	"$serve" --steps=$steps --journal="$dir/c.j" >"$dir/c.out" 2>"$dir/c.err") &
 run=$!
 wait_lines "$dir/c.j" 500 $run
+preload=$(tr '\0' '\n' <"/proc/$(server_of $run)/environ" | sed -n 's/^LD_PRELOAD=//p')
+[ "$preload" = "$(realpath "$lib")" ] ||
+	fail "--preload ./${lib##*/}: the server has LD_PRELOAD='$preload', want $(realpath "$lib")"
 kill -TERM $run
 wait $run
 status=$?

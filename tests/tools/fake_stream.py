@@ -15,7 +15,8 @@ Authorization header, "auth VALUE GET PATH" for a GET's), and "cancelled" when t
 client went away mid-stream.  When CRASH_FILE holds "K N", the process
 dies (os._exit) once it has streamed K tokens while the file was there
 and N streams are running, removing the file first: a crash in
-mid-decode of N requests.
+mid-decode of N requests.  FAKE_STREAM_SALT (an integer, default 0)
+changes the "model": its tokens differ from the default's.
 """
 import json
 import os
@@ -27,12 +28,13 @@ from threading import Lock
 lock = Lock()
 streamed = 0  # tokens streamed while the crash file was there
 running = 0   # streams in progress
+salt = int(os.environ.get("FAKE_STREAM_SALT", "0"))
 
 
 def next_token(ids: list[int]) -> int:
     a = ids[-1] if ids else 1
     b = ids[-2] if len(ids) > 1 else 2
-    return (a * 7 + b * 3 + 11) % 1000
+    return (a * 7 + b * 3 + 11 + salt) % 1000
 
 
 def note(line: str) -> None:
