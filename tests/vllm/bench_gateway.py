@@ -8,7 +8,8 @@ measured) and `moeft gateway` in front of it, then ROUNDS (3) times, in
 turn, STREAMS (64) concurrent greedy streaming completions of MAX_TOKENS
 (64) tokens each, straight to the server and through the gateway.  Prints
 per path the tokens per second of the whole batch and the gap between a
-stream's tokens as its client saw them (p50, p99), and the ratios.  Run
+stream's tokens as its client saw them (p50, p99), the ratios, and the
+gateway's own CPU time per token streamed through it.  Run
 in the environment of tools/setup.sh --vllm, with e2e.sh's variables:
     VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 \\
     $(tools/setup.sh --vllm-env)/bin/python tests/vllm/bench_gateway.py \\
@@ -70,6 +71,12 @@ def batch(url: str, model: str, streams: int, max_tokens: int) -> tuple[float, l
     return sum(counts) / secs, [g for s in gaps for g in s]
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process pid has used so far."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(xs: list[float], p: float) -> float:
     return statistics.quantiles(xs, n=100)[int(p) - 1] if len(xs) > 1 else 0.0
 
@@ -93,9 +100,13 @@ def main(argv: list[str]) -> None:
         model = model_name(direct)
         batch(direct, model, streams, 8)  # warm up
         res: dict[str, list[tuple[float, list[float]]]] = {"direct": [], "gateway": []}
+        gw_cpu = gw_wall = 0.0
         for _ in range(rounds):
             res["direct"].append(batch(direct, model, streams, max_tokens))
+            c0, t0 = cpu_s(gateway.pid), time.monotonic()
             res["gateway"].append(batch(through, model, streams, max_tokens))
+            gw_cpu += cpu_s(gateway.pid) - c0
+            gw_wall += time.monotonic() - t0
         out = {}
         for k, runs in res.items():
             tps = statistics.median(r[0] for r in runs)
@@ -107,6 +118,9 @@ def main(argv: list[str]) -> None:
         d, g = out["direct"], out["gateway"]
         print(f"gateway/direct: tokens/s {g[0] / d[0]:.3f}; added gap per token p50 "
               f"{g[1] - d[1]:+.2f} ms, p99 {g[2] - d[2]:+.2f} ms")
+        print(f"gateway CPU: {gw_cpu / (rounds * streams * max_tokens) * 1e6:.1f} us per token, "
+              f"{gw_cpu / gw_wall * 100:.1f}% of one core while streaming "
+              f"(of {os.cpu_count()} cores)")
     finally:
         gateway.send_signal(signal.SIGTERM)
         gateway.wait(30)

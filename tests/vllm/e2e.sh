@@ -39,10 +39,15 @@
 #      but what the last window and two blocks may leave out
 #      (tests/vllm/gateway.py); then SIGTERM to moeft run leaves no process
 #      and none of the server's shared memory
+#   g  moeft demo --engine vllm, as the README runs it (tools/demo.sh
+#      --engine vllm): exit 0, every client's text equal, all 8 requests
+#      sent on with what the restarted server computed again within a
+#      window, two blocks and a token each, and moeft run stopped leaving
+#      none of the server's processes
 # Each check prints "ok - NAME" or "not ok - NAME: why"; the last line is
 # "vllm e2e: N passed, N failed"; the exit status is 0 when none failed.
 #
-# Environment: MOEFT_E2E_PHASES (default "a b c d e f"; b needs a, c-e need
+# Environment: MOEFT_E2E_PHASES (default "a b c d e f g"; b needs a, c-e need
 # b), MOEFT_E2E_MAX_TOKENS (1000), MOEFT_E2E_AFTER (120), MOEFT_E2E_GMAX (850), MOEFT_E2E_MODEL
 # (the model's directory, made or reused: ~/.cache/moeft/tiny-moe),
 # MOEFT_E2E_KEEP=1 (keep the work directories; they are kept anyway when a
@@ -54,7 +59,7 @@ cd "$(dirname "$0")/../.."
 root=$PWD
 
 build=${1:-${MOEFT_E2E_BUILD:-build}}
-phases=" ${MOEFT_E2E_PHASES:-a b c d e f} "
+phases=" ${MOEFT_E2E_PHASES:-a b c d e f g} "
 max_tokens=${MOEFT_E2E_MAX_TOKENS:-1000}
 after=${MOEFT_E2E_AFTER:-120}
 gmax=${MOEFT_E2E_GMAX:-850}
@@ -398,6 +403,30 @@ if has f; then
 		notok "moeft run: SIGTERM" "(above)"
 	fi
 	took "f"
+fi
+
+# g. The README's main job on vLLM: moeft demo --engine vllm.
+if has g; then
+	phase "g: moeft demo --engine vllm (tools/demo.sh)"
+	MOEFT_DEMO_MODEL=$model tools/demo.sh --engine vllm "$build" >"$work/demo.out" \
+		2>"$work/demo.err"
+	rc=$?
+	sed 's/^/    | /' "$work/demo.out"
+	# per request: the last window, two blocks and a token (as phase f)
+	bound=$((8 * (2 * block_size + 16 + 1)))
+	sent=$(sed -n 's/^  the gateway sent 8 requests on: \([0-9]*\) prompt tokens sent again, \([0-9]*\) of them cached;$/\1 \2/p' "$work/demo.out")
+	if [ $rc != 0 ]; then
+		notok "demo --engine vllm" "exit $rc"
+		sed 's/^/    | /' "$work/demo.err"
+	elif ! grep -qx "RESULT: every client's text equals the uninterrupted pass's (8 of 8), status 200, no error" "$work/demo.out" ||
+		! grep -qx "STOP: SIGTERM to moeft run: it ended; 0 of the server's processes left" "$work/demo.out"; then
+		notok "demo --engine vllm" "no RESULT or STOP line of success"
+	elif [ -z "$sent" ] || [ $(( ${sent% *} - ${sent#* } )) -gt $bound ]; then
+		notok "demo --engine vllm" "sent again and cached '$sent': more than $bound computed again"
+	else
+		ok "demo --engine vllm"
+	fi
+	took "g"
 fi
 
 finish
