@@ -4,9 +4,11 @@ directly, measured in one run (stdlib only).
     bench_gateway.py MOEFT MODEL_DIR [STREAMS [MAX_TOKENS [ROUNDS]]]
 
 Starts a vLLM server on the model (no preload: the gateway's own cost is
-measured) and `moeft gateway` in front of it, then ROUNDS (3) times, in
+measured) and `moeft gateway` in front of it, then ROUNDS (5) times, in
 turn, STREAMS (64) concurrent greedy streaming completions of MAX_TOKENS
-(64) tokens each, straight to the server and through the gateway.  Prints
+(256) tokens each, straight to the server and through the gateway (which
+goes first alternates, so that a drift of the machine's speed falls on
+both alike).  Prints
 per path the tokens per second of the whole batch and the gap between a
 stream's tokens as its client saw them (p50, p99), the ratios, and the
 gateway's own CPU time per token streamed through it.  Run
@@ -84,8 +86,8 @@ def pct(xs: list[float], p: float) -> float:
 def main(argv: list[str]) -> None:
     moeft, model_dir = argv[0], argv[1]
     streams = int(argv[2]) if len(argv) > 2 else 64
-    max_tokens = int(argv[3]) if len(argv) > 3 else 64
-    rounds = int(argv[4]) if len(argv) > 4 else 3
+    max_tokens = int(argv[3]) if len(argv) > 3 else 256
+    rounds = int(argv[4]) if len(argv) > 4 else 5
     sp, gp = free_port(), free_port()
     server = subprocess.Popen(
         server_argv(model_dir, sp, 512, "--max-num-seqs", str(streams)),
@@ -101,12 +103,15 @@ def main(argv: list[str]) -> None:
         batch(direct, model, streams, 8)  # warm up
         res: dict[str, list[tuple[float, list[float]]]] = {"direct": [], "gateway": []}
         gw_cpu = gw_wall = 0.0
-        for _ in range(rounds):
-            res["direct"].append(batch(direct, model, streams, max_tokens))
-            c0, t0 = cpu_s(gateway.pid), time.monotonic()
-            res["gateway"].append(batch(through, model, streams, max_tokens))
-            gw_cpu += cpu_s(gateway.pid) - c0
-            gw_wall += time.monotonic() - t0
+        for r in range(rounds):
+            for path in ("direct", "gateway") if r % 2 == 0 else ("gateway", "direct"):
+                if path == "direct":
+                    res["direct"].append(batch(direct, model, streams, max_tokens))
+                    continue
+                c0, t0 = cpu_s(gateway.pid), time.monotonic()
+                res["gateway"].append(batch(through, model, streams, max_tokens))
+                gw_cpu += cpu_s(gateway.pid) - c0
+                gw_wall += time.monotonic() - t0
         out = {}
         for k, runs in res.items():
             tps = statistics.median(r[0] for r in runs)
