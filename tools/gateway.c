@@ -14,21 +14,26 @@
  * server computes none of that prompt again.  A non-streaming client gets
  * the whole answer when it is done.
  *
- * HTTP is libmicrohttpd's on the client side, a thread per connection,
- * and libcurl's towards the server, driven by that thread; JSON is
- * jansson's.  An event is passed on as soon as it is read: nothing is
- * buffered but the event itself.
+ * One thread, one epoll loop: libmicrohttpd serves the clients (its
+ * epoll set, connections suspended while they have nothing to send),
+ * libcurl's socket interface talks to the server, and a signalfd takes
+ * SIGTERM and SIGINT.  A step of the server's ends with events for many
+ * streams at once, and one wake-up of the loop passes them all on: the
+ * gateway's cost grows with the events, not with the streams waiting.
+ * JSON is jansson's.  An event is passed on as soon as it is read: nothing
+ * is buffered but the event itself.
  */
 #include <errno.h>
 #include <limits.h>
 #include <netdb.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -41,24 +46,44 @@
 #define DEFAULT_MIGRATIONS 3
 #define DEFAULT_WAIT_S 300.0
 #define HEALTH_EVERY_S 0.5
+#define HEALTH_TIMEOUT_S 2L
+#define GET_TIMEOUT_S 10L	/* /health and /v1/models passed on */
 #define COMMENT_EVERY_S 5.0	/* an SSE comment to a waiting client */
+#define TICK_MS 100		/* the loop's wake-up while a request waits */
+#define IDLE_MS 1000
+#define STOP_S 2.0		/* at SIGTERM: to tell the clients, then close */
 #define EVENT_MAX (16u << 20)	/* bytes of one event from the server */
 #define COMPLETION_MAX_TOKENS 16	/* OpenAI's default for /v1/completions */
 #define WAITING_LINE ": moeft: the server is restarting\n\n"
 
+struct flight;
+
 struct gateway {
 	char backend[PATH_MAX];	/* http://HOST:PORT */
-	atomic_int stopping;	/* SIGTERM: every request ends now */
 	uint64_t max_body, migrations;
 	double wait_s;
-	atomic_ulong migrated;
+	unsigned long migrated;
+	/* the loop */
+	struct MHD_Daemon *mhd;
+	CURLM *multi;
+	int ep, mhd_fd, sig_fd;
+	double curl_due;	/* libcurl's next timeout; <0: none */
+	double stop_by;		/* SIGTERM came: close by then; 0: not yet */
+	struct flight *flights;	/* every request in progress */
 };
 
 enum phase { SENDING, WAITING, FINISHED };
+enum kind { COMPLETION, GET };
 
 /* One client's request, from its body to the end of its answer. */
 struct flight {
 	struct gateway *gw;
+	struct flight *prev, *next;	/* in gw->flights */
+	struct MHD_Connection *conn;
+	int suspended;		/* conn waits for something to send */
+	int begun;		/* its transfer was started */
+	int responding;		/* its streaming response is queued */
+	enum kind kind;
 	struct http_buf body;	/* the client's request body */
 	char *auth;		/* its Authorization header, passed on; NULL: none */
 	int too_large;
@@ -83,38 +108,109 @@ struct flight {
 	double healthy_at;	/* when the server answered /health again */
 	double first_token_s;	/* from then to its first token; <0: none yet */
 	/* the transfer to the server */
-	CURLM *multi;
 	CURL *easy;
-	struct curl_slist *headers;
+	struct curl_slist *headers;	/* its headers, and the probe's */
 	char *sent;		/* its body */
-	struct http_buf in;		/* its bytes not yet a whole event */
-	struct http_buf raw;		/* its whole reply, when not 200 */
+	struct http_buf in;	/* its bytes not yet a whole event */
+	struct http_buf raw;	/* its whole reply: not 200, or a GET's */
 	long status;
-	int over;
-	struct http_buf out;		/* for the client, not yet taken */
+	int over;		/* it ended */
+	CURL *probe;		/* while WAITING: the server's /health asked */
+	struct http_buf out;	/* for the client, not yet taken */
 };
 
+/* A transfer to the server, its bytes going to f (CURLOPT_PRIVATE). */
+static CURL *easy_new(struct flight *f, const char *path, struct curl_slist *headers,
+		      curl_write_callback write, void *arg)
+{
+	CURL *e = curl_easy_init();
+	char url[PATH_MAX];
+
+	if (!e)
+		return NULL;
+	curl_easy_setopt(e, CURLOPT_URL, http_url(url, sizeof url, f->gw->backend, path));
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, arg);
+	curl_easy_setopt(e, CURLOPT_PRIVATE, f);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, 5L);
+	curl_multi_add_handle(f->gw->multi, e);
+	return e;
+}
+
+static void easy_end(struct flight *f, CURL **e)
+{
+	if (*e) {
+		curl_multi_remove_handle(f->gw->multi, *e);
+		curl_easy_cleanup(*e);
+	}
+	*e = NULL;
+}
+
+/* The transfer's own state; its reply (raw) stays for the client. */
 static void transfer_end(struct flight *f)
 {
-	if (f->easy) {
-		curl_multi_remove_handle(f->multi, f->easy);
-		curl_easy_cleanup(f->easy);
-	}
-	curl_slist_free_all(f->headers);
+	easy_end(f, &f->easy);
 	free(f->sent);
 	free(f->in.p);
-	free(f->raw.p);
-	f->easy = NULL;
-	f->headers = NULL;
 	f->sent = NULL;
-	f->in = f->raw = (struct http_buf){ 0 };
+	f->in = (struct http_buf){ 0 };
+}
+
+/* Whether the client's connection has something to do: an answer to
+ * start, bytes to send, or its end. */
+static int ready(const struct flight *f)
+{
+	if (f->responding)
+		return f->out.len || f->phase == FINISHED;
+	if (f->kind == GET)
+		return f->over;
+	return f->phase == FINISHED || (f->stream && f->status == 200);
+}
+
+/* Park the client's connection until it is ready(). */
+static void park(struct flight *f)
+{
+	f->suspended = 1;
+	MHD_suspend_connection(f->conn);
+}
+
+static void wake_if_ready(struct flight *f)
+{
+	if (f->suspended && ready(f)) {
+		f->suspended = 0;
+		MHD_resume_connection(f->conn);
+	}
+}
+
+static struct flight *flight_new(struct gateway *gw, struct MHD_Connection *c)
+{
+	struct flight *f = calloc(1, sizeof *f);
+
+	if (!f)
+		return NULL;
+	f->gw = gw;
+	f->conn = c;
+	f->next = gw->flights;
+	if (f->next)
+		f->next->prev = f;
+	gw->flights = f;
+	return f;
 }
 
 static void flight_free(struct flight *f)
 {
+	if (f->prev)
+		f->prev->next = f->next;
+	else
+		f->gw->flights = f->next;
+	if (f->next)
+		f->next->prev = f->prev;
 	transfer_end(f);
-	if (f->multi)
-		curl_multi_cleanup(f->multi);
+	easy_end(f, &f->probe);
+	curl_slist_free_all(f->headers);
+	free(f->raw.p);
 	json_decref(f->req);
 	json_decref(f->prompt_ids);
 	json_decref(f->generated);
@@ -274,6 +370,7 @@ static size_t from_server(char *p, size_t size, size_t n, void *arg)
 	if (http_buf_add(&f->in, p, len) < 0 || f->in.len > EVENT_MAX)
 		return 0;
 	http_sse_take(&f->in, on_event, f);
+	wake_if_ready(f);
 	return len;
 }
 
@@ -322,29 +419,19 @@ static char *continuation(struct flight *f)
 /* Send the request (again) to the server: 0, or -1 with f->error. */
 static int transfer_start(struct flight *f)
 {
-	char url[PATH_MAX];
-
 	transfer_end(f);
+	free(f->raw.p);
+	f->raw = (struct http_buf){ 0 };
 	f->status = 0;
 	f->over = 0;
 	f->as_completion = f->chat && f->moves && f->prompt_ids;
-	if (!(f->sent = continuation(f)) || !(f->easy = curl_easy_init())) {
+	if (!(f->sent = continuation(f)) ||
+	    !(f->easy = easy_new(f, f->chat && !f->as_completion ? "/v1/chat/completions" :
+				 "/v1/completions", f->headers, from_server, f))) {
 		snprintf(f->error, sizeof f->error, "out of memory");
 		return -1;
 	}
-	f->headers = curl_slist_append(NULL, "Content-Type: application/json");
-	if (f->auth)
-		f->headers = curl_slist_append(f->headers, f->auth);
-	curl_easy_setopt(f->easy, CURLOPT_URL,
-			 http_url(url, sizeof url, f->gw->backend, f->chat && !f->as_completion ?
-				  "/v1/chat/completions" : "/v1/completions"));
-	curl_easy_setopt(f->easy, CURLOPT_HTTPHEADER, f->headers);
 	curl_easy_setopt(f->easy, CURLOPT_POSTFIELDS, f->sent);
-	curl_easy_setopt(f->easy, CURLOPT_WRITEFUNCTION, from_server);
-	curl_easy_setopt(f->easy, CURLOPT_WRITEDATA, f);
-	curl_easy_setopt(f->easy, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(f->easy, CURLOPT_CONNECTTIMEOUT, 5L);
-	curl_multi_add_handle(f->multi, f->easy);
 	return 0;
 }
 
@@ -386,77 +473,27 @@ static void broke(struct flight *f)
 	if (f->phase == FINISHED)
 		return;
 	f->moves++;
-	atomic_fetch_add(&f->gw->migrated, 1);
+	f->gw->migrated++;
 	f->phase = WAITING;
 	f->wait_until = cli_now() + f->gw->wait_s;
 	f->next_health = f->next_comment = cli_now();
 	transfer_end(f);
 }
 
-/*
- * Move the request on until the client has bytes to take, the server's
- * status is known (want_status), or it is finished.  Blocks in the
- * server's socket or between health checks.
- */
-static void pump(struct flight *f, int want_status)
+/* f's transfer ended: the request is done, or it waits for the server. */
+static void transfer_over(struct flight *f)
 {
-	char url[PATH_MAX], err[256];
-	struct http_buf r;
-	CURLMsg *msg;
-	int left, running;
-
-	while (f->phase != FINISHED && !f->out.len && !(want_status && f->status)) {
-		if (atomic_load(&f->gw->stopping)) {
-			snprintf(f->error, sizeof f->error, "the gateway is stopping");
-			f->phase = FINISHED;
-			break;
-		}
-		if (f->phase == WAITING) {
-			double t = cli_now();
-
-			if (t >= f->wait_until) {
-				snprintf(f->error, sizeof f->error, "the server did not come back "
-					 "within %.0f s (--wait)", f->gw->wait_s);
-				f->phase = FINISHED;
-			} else if (t >= f->next_health) {
-				f->next_health = t + HEALTH_EVERY_S;
-				if (http_request(http_url(url, sizeof url, f->gw->backend, "/health"),
-						 NULL, f->auth, 2, &r, err, sizeof err) == 200 &&
-				    transfer_start(f) == 0) {
-					f->phase = SENDING;
-					f->healthy_at = t;
-					f->first_token_s = -1;
-				}
-				else if (f->error[0])
-					f->phase = FINISHED;
-				free(r.p);
-			} else if (f->stream && t >= f->next_comment) {
-				f->next_comment = t + COMMENT_EVERY_S;
-				http_buf_add(&f->out, WAITING_LINE, sizeof WAITING_LINE - 1);
-			} else {
-				struct timespec pause = { 0, 100000000L };
-
-				nanosleep(&pause, NULL);
-			}
-			continue;
-		}
-		curl_multi_perform(f->multi, &running);
-		while ((msg = curl_multi_info_read(f->multi, &left)))
-			if (msg->msg == CURLMSG_DONE)
-				f->over = 1;
-		if (!f->over) {
-			curl_multi_poll(f->multi, NULL, 0, 1000, NULL);
-			continue;
-		}
-		if (!f->status)
-			curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &f->status);
-		if (f->status >= 500 && f->moves) {
-			/* Healthy, but not serving yet: wait on, within --wait. */
-			transfer_end(f);
-			f->status = 0;
-			f->phase = WAITING;
-			continue;
-		}
+	f->over = 1;
+	if (!f->status)
+		curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &f->status);
+	if (f->kind == GET) {
+		transfer_end(f);
+	} else if (f->status >= 500 && f->moves) {
+		/* Healthy, but not serving yet: wait on, within --wait. */
+		transfer_end(f);
+		f->status = 0;
+		f->phase = WAITING;
+	} else {
 		if (f->status && f->status != 200 && f->moves)
 			snprintf(f->error, sizeof f->error, "the restarted server refused the "
 				 "request sent again: HTTP %ld", f->status);
@@ -464,7 +501,55 @@ static void pump(struct flight *f, int want_status)
 			f->phase = FINISHED;
 		else
 			broke(f);	/* refused, reset, or cut before the end */
+		transfer_end(f);
 	}
+	wake_if_ready(f);
+}
+
+/* f's /health asked while it waits ended: sent again when it said 200. */
+static void probe_over(struct flight *f)
+{
+	long st = 0;
+
+	curl_easy_getinfo(f->probe, CURLINFO_RESPONSE_CODE, &st);
+	easy_end(f, &f->probe);
+	if (st != 200 || f->phase != WAITING)
+		return;
+	if (transfer_start(f) == 0) {
+		f->phase = SENDING;
+		f->healthy_at = cli_now();
+		f->first_token_s = -1;
+	} else {
+		f->phase = FINISHED;
+		wake_if_ready(f);
+	}
+}
+
+static size_t discard(char *p, size_t size, size_t n, void *arg)
+{
+	(void)p, (void)arg;
+	return size * n;
+}
+
+/* A waiting request, now: given up at --wait, the server's /health asked
+ * every HEALTH_EVERY_S, its streaming client told every COMMENT_EVERY_S. */
+static void tick(struct flight *f, double now)
+{
+	if (now >= f->wait_until) {
+		easy_end(f, &f->probe);
+		snprintf(f->error, sizeof f->error, "the server did not come back within %.0f s "
+			 "(--wait)", f->gw->wait_s);
+		f->phase = FINISHED;
+	} else if (!f->probe && now >= f->next_health) {
+		f->next_health = now + HEALTH_EVERY_S;
+		/* with the client's Authorization, as a server may want it */
+		if ((f->probe = easy_new(f, "/health", f->headers, discard, NULL)))
+			curl_easy_setopt(f->probe, CURLOPT_TIMEOUT, HEALTH_TIMEOUT_S);
+	} else if (f->responding && now >= f->next_comment) {
+		f->next_comment = now + COMMENT_EVERY_S;
+		http_buf_add(&f->out, WAITING_LINE, sizeof WAITING_LINE - 1);
+	}
+	wake_if_ready(f);
 }
 
 /* A reply of JSON text with status. */
@@ -504,8 +589,11 @@ static ssize_t stream_out(void *arg, uint64_t pos, char *to, size_t max)
 	json_t *e;
 
 	(void)pos;
-	pump(f, 0);
-	if (!f->out.len && f->phase == FINISHED) {
+	if (!f->out.len && f->phase != FINISHED) {
+		park(f);	/* resumed when the server sends more */
+		return 0;
+	}
+	if (!f->out.len) {
 		if (f->ended)
 			return MHD_CONTENT_READER_END_OF_STREAM;
 		f->ended = 1;
@@ -598,19 +686,24 @@ static const char *unservable(struct flight *f)
 	return NULL;
 }
 
-static enum MHD_Result completion(struct MHD_Connection *c, struct flight *f, void **slot)
+/* The client's completion request: checked, then sent to the server.
+ * 0, or -1 with the client's answer queued. */
+static int begin_completion(struct MHD_Connection *c, struct flight *f, enum MHD_Result *ret)
 {
-	struct MHD_Response *r;
 	json_error_t jerr;
 	const char *why;
 	json_t *v;
-	enum MHD_Result ret;
 
-	if (f->too_large)
-		return reply_error(c, 413, "the request body is larger than --max-body");
+	*ret = MHD_YES;
+	if (f->too_large) {
+		*ret = reply_error(c, 413, "the request body is larger than --max-body");
+		return -1;
+	}
 	f->req = json_loadb(f->body.p ? f->body.p : "", f->body.len, 0, &jerr);
-	if ((why = unservable(f)))
-		return reply_error(c, 400, why);
+	if ((why = unservable(f))) {
+		*ret = reply_error(c, 400, why);
+		return -1;
+	}
 	f->stream = json_is_true(json_object_get(f->req, "stream"));
 	f->want_ids = json_is_true(json_object_get(f->req, "return_token_ids"));
 	f->want_usage = json_is_true(json_object_get(json_object_get(f->req, "stream_options"),
@@ -621,25 +714,34 @@ static enum MHD_Result completion(struct MHD_Connection *c, struct flight *f, vo
 	/* null asks for the context's rest; absent, a completion gets 16. */
 	f->max_tokens = json_is_integer(v) ? json_integer_value(v) :
 			f->chat || v ? -1 : COMPLETION_MAX_TOKENS;
-	if (!(f->generated = json_array()) || !(f->multi = curl_multi_init()) ||
-	    transfer_start(f) < 0)
-		return reply_error(c, 500, "out of memory");
-	pump(f, 1);
-	if (f->status && f->status != 200 && !f->moves) {
-		/* The server's own refusal (a bad parameter): passed on. */
-		pump(f, 0);
-		return reply(c, (unsigned)f->status, f->raw.p ? f->raw.p : "{}");
+	if (!(f->generated = json_array()) ||
+	    !(f->headers = curl_slist_append(NULL, "Content-Type: application/json")) ||
+	    (f->auth && !curl_slist_append(f->headers, f->auth)) || transfer_start(f) < 0) {
+		*ret = reply_error(c, 500, "out of memory");
+		return -1;
 	}
+	return 0;
+}
+
+/* The client's answer, once ready(): the server's refusal, the gateway's
+ * error, the whole answer, or the stream from here on. */
+static enum MHD_Result answer_completion(struct MHD_Connection *c, struct flight *f,
+					 void **slot)
+{
+	struct MHD_Response *r;
+	enum MHD_Result ret;
+
+	if (f->status && f->status != 200 && !f->moves)	/* a bad parameter, say */
+		return reply(c, (unsigned)f->status, f->raw.p ? f->raw.p : "{}");
 	if (f->error[0])
 		return reply_error(c, 503, f->error);
-	if (!f->stream) {
-		pump(f, 0);	/* to the end: it queues nothing for the client */
-		return f->finish ? answer_whole(c, f) : reply_error(c, 503, f->error);
-	}
+	if (!f->stream)
+		return f->finish ? answer_whole(c, f) : reply_error(c, 503, "no answer");
 	if (!(r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_out, f,
 						    stream_free)))
 		return reply_error(c, 500, "out of memory");
 	*slot = NULL;		/* the response owns the flight now */
+	f->responding = 1;
 	MHD_add_response_header(r, "Content-Type", "text/event-stream");
 	MHD_add_response_header(r, "Cache-Control", "no-cache");
 	ret = MHD_queue_response(c, 200, r);
@@ -647,23 +749,32 @@ static enum MHD_Result completion(struct MHD_Connection *c, struct flight *f, vo
 	return ret;
 }
 
-/* GET /health, /v1/models: the server's answer as it is, asked with the
- * client's Authorization. */
-static enum MHD_Result pass_get(struct MHD_Connection *c, const struct flight *f,
-				const char *path)
+static size_t into_raw(char *p, size_t size, size_t n, void *arg)
 {
-	char url[PATH_MAX], err[256];
-	struct http_buf r;
-	long st = http_request(http_url(url, sizeof url, f->gw->backend, path), NULL, f->auth, 10,
-			       &r, err, sizeof err);
-	enum MHD_Result ret;
+	struct flight *f = arg;
 
-	if (st <= 0)
-		ret = reply_error(c, 503, "the server is not answering (restarting?)");
-	else
-		ret = reply(c, (unsigned)st, r.p ? r.p : "");
-	free(r.p);
-	return ret;
+	return http_buf_add(&f->raw, p, size * n) < 0 || f->raw.len > HTTP_REPLY_MAX ? 0 : size * n;
+}
+
+/* GET /health, /v1/models: asked of the server with the client's
+ * Authorization; 0, or -1 out of memory. */
+static int begin_get(struct flight *f, const char *path)
+{
+	f->kind = GET;
+	if (f->auth && !(f->headers = curl_slist_append(NULL, f->auth)))
+		return -1;
+	if (!(f->easy = easy_new(f, path, f->headers, into_raw, f)))
+		return -1;
+	curl_easy_setopt(f->easy, CURLOPT_TIMEOUT, GET_TIMEOUT_S);
+	return 0;
+}
+
+/* The server's answer as it is. */
+static enum MHD_Result answer_get(struct MHD_Connection *c, const struct flight *f)
+{
+	if (f->status <= 0)
+		return reply_error(c, 503, "the server is not answering (restarting?)");
+	return reply(c, (unsigned)f->status, f->raw.p ? f->raw.p : "");
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -672,13 +783,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 {
 	struct gateway *gw = cls;
 	struct flight *f = *slot;
+	enum MHD_Result ret;
 	const char *auth;
+	int get;
 
 	(void)version;
 	if (!f) {
-		if (!(f = calloc(1, sizeof *f)))
+		if (!(f = flight_new(gw, c)))
 			return MHD_NO;
-		f->gw = gw;
 		*slot = f;
 		auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
 		if (auth && asprintf(&f->auth, "Authorization: %s", auth) < 0)
@@ -693,14 +805,30 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		*upload_len = 0;
 		return MHD_YES;
 	}
-	if (!strcmp(method, "GET") && (!strcmp(url, "/health") || !strcmp(url, "/v1/models")))
-		return pass_get(c, f, url);
-	f->chat = !strcmp(url, "/v1/chat/completions");
-	if (f->chat || !strcmp(url, "/v1/completions"))
-		return strcmp(method, "POST") ? reply_error(c, 405, "POST a completion")
-					      : completion(c, f, slot);
-	return reply_error(c, 404, "the gateway serves /v1/completions, /v1/chat/completions, "
-			   "/v1/models and /health");
+	if (!f->begun) {	/* the whole request is here */
+		get = !strcmp(method, "GET") && (!strcmp(url, "/health") ||
+						 !strcmp(url, "/v1/models"));
+		f->chat = !strcmp(url, "/v1/chat/completions");
+		if (get) {
+			if (begin_get(f, url) < 0)
+				return reply_error(c, 500, "out of memory");
+		} else if (!f->chat && strcmp(url, "/v1/completions")) {
+			return reply_error(c, 404, "the gateway serves /v1/completions, "
+					   "/v1/chat/completions, /v1/models and /health");
+		} else if (strcmp(method, "POST")) {
+			return reply_error(c, 405, "POST a completion");
+		} else if (gw->stop_by) {
+			return reply_error(c, 503, "the gateway is stopping");
+		} else if (begin_completion(c, f, &ret) < 0) {
+			return ret;
+		}
+		f->begun = 1;
+	}
+	if (!ready(f)) {
+		park(f);	/* called again once resumed */
+		return MHD_YES;
+	}
+	return f->kind == GET ? answer_get(c, f) : answer_completion(c, f, slot);
 }
 
 static void on_done(void *cls, struct MHD_Connection *c, void **slot,
@@ -710,6 +838,163 @@ static void on_done(void *cls, struct MHD_Connection *c, void **slot,
 	if (*slot)
 		flight_free(*slot);
 	*slot = NULL;
+}
+
+/* ---- the loop ------------------------------------------------------------------ */
+
+/* libcurl's sockets, watched in the loop's epoll set. */
+static int on_curl_socket(CURL *e, curl_socket_t s, int what, void *arg, void *known)
+{
+	struct gateway *gw = arg;
+	struct epoll_event ev = { .data.fd = s };
+
+	(void)e;
+	if (what == CURL_POLL_REMOVE) {
+		epoll_ctl(gw->ep, EPOLL_CTL_DEL, s, NULL);
+		curl_multi_assign(gw->multi, s, NULL);
+		return 0;
+	}
+	ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0) | (what & CURL_POLL_OUT ? EPOLLOUT : 0);
+	if (known)
+		return epoll_ctl(gw->ep, EPOLL_CTL_MOD, s, &ev);
+	curl_multi_assign(gw->multi, s, gw);	/* non-NULL: known from now on */
+	return epoll_ctl(gw->ep, EPOLL_CTL_ADD, s, &ev);
+}
+
+static int on_curl_timer(CURLM *m, long ms, void *arg)
+{
+	struct gateway *gw = arg;
+
+	(void)m;
+	gw->curl_due = ms < 0 ? -1 : cli_now() + (double)ms / 1e3;
+	return 0;
+}
+
+/* The transfers libcurl finished: to their requests. */
+static void transfers_done(struct gateway *gw)
+{
+	struct flight *f;
+	CURLMsg *m;
+	int left;
+
+	while ((m = curl_multi_info_read(gw->multi, &left))) {
+		if (m->msg != CURLMSG_DONE)
+			continue;
+		curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&f);
+		if (m->easy_handle == f->probe)
+			probe_over(f);
+		else
+			transfer_over(f);
+	}
+}
+
+/* SIGTERM or SIGINT: every request ends now, its client told why. */
+static void stop(struct gateway *gw)
+{
+	gw->stop_by = cli_now() + STOP_S;
+	for (struct flight *f = gw->flights; f; f = f->next) {
+		if (f->phase == FINISHED || !f->begun)
+			continue;
+		transfer_end(f);
+		easy_end(f, &f->probe);
+		f->over = 1;
+		if (f->kind == COMPLETION)
+			snprintf(f->error, sizeof f->error, "the gateway is stopping");
+		f->phase = FINISHED;
+		wake_if_ready(f);
+	}
+}
+
+/* How long the loop may sleep: to libcurl's and libmicrohttpd's next
+ * timeouts, and a tick while a request waits. */
+static int sleep_ms(struct gateway *gw, double now)
+{
+	MHD_UNSIGNED_LONG_LONG mhd_ms;
+	double ms = IDLE_MS;
+
+	for (struct flight *f = gw->flights; f; f = f->next)
+		if (f->phase == WAITING) {
+			ms = TICK_MS;
+			break;
+		}
+	if (gw->curl_due >= 0 && (gw->curl_due - now) * 1e3 < ms)
+		ms = (gw->curl_due - now) * 1e3;
+	if (MHD_get_timeout(gw->mhd, &mhd_ms) == MHD_YES && (double)mhd_ms < ms)
+		ms = (double)mhd_ms;
+	if (gw->stop_by)
+		ms = ms < TICK_MS ? ms : TICK_MS;
+	return ms > 0 ? (int)ms + 1 : 0;
+}
+
+/* Serve until SIGTERM or SIGINT, then until every request told its client
+ * (STOP_S at most). */
+static void serve(struct gateway *gw)
+{
+	struct epoll_event evs[64];
+	struct signalfd_siginfo si;
+	double now;
+	int n, running;
+
+	for (;;) {
+		now = cli_now();
+		n = epoll_wait(gw->ep, evs, 64, sleep_ms(gw, now));
+		for (int i = 0; i < n; i++) {
+			int fd = evs[i].data.fd;
+
+			if (fd == gw->sig_fd) {
+				if (read(fd, &si, sizeof si) > 0 && !gw->stop_by)
+					stop(gw);
+			} else if (fd != gw->mhd_fd) {
+				curl_multi_socket_action(gw->multi, fd,
+					(evs[i].events & EPOLLIN ? CURL_CSELECT_IN : 0) |
+					(evs[i].events & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
+					(evs[i].events & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0),
+					&running);
+			}
+		}
+		now = cli_now();
+		if (gw->curl_due >= 0 && now >= gw->curl_due) {
+			gw->curl_due = -1;
+			curl_multi_socket_action(gw->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+		}
+		transfers_done(gw);
+		for (struct flight *f = gw->flights; f; f = f->next)
+			if (f->phase == WAITING)
+				tick(f, now);
+		MHD_run(gw->mhd);
+		if (gw->stop_by && (!gw->flights || now >= gw->stop_by))
+			return;
+	}
+}
+
+/* The loop's epoll set: libmicrohttpd's, and SIGTERM and SIGINT as a
+ * signalfd (blocked, as is SIGPIPE).  0, or -1 with errno. */
+static int loop_start(struct gateway *gw)
+{
+	const union MHD_DaemonInfo *info = MHD_get_daemon_info(gw->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+	struct epoll_event ev = { .events = EPOLLIN };
+	sigset_t stop;
+
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGINT);
+	if (!info || (gw->ep = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+	    (gw->sig_fd = signalfd(-1, &stop, SFD_CLOEXEC | SFD_NONBLOCK)) < 0)
+		return -1;
+	gw->mhd_fd = info->epoll_fd;
+	ev.data.fd = gw->mhd_fd;
+	if (epoll_ctl(gw->ep, EPOLL_CTL_ADD, gw->mhd_fd, &ev) < 0)
+		return -1;
+	ev.data.fd = gw->sig_fd;
+	if (epoll_ctl(gw->ep, EPOLL_CTL_ADD, gw->sig_fd, &ev) < 0 ||
+	    !(gw->multi = curl_multi_init()))
+		return -1;
+	gw->curl_due = -1;
+	curl_multi_setopt(gw->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+	curl_multi_setopt(gw->multi, CURLMOPT_SOCKETDATA, gw);
+	curl_multi_setopt(gw->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+	curl_multi_setopt(gw->multi, CURLMOPT_TIMERDATA, gw);
+	return 0;
 }
 
 /* HOST:PORT into an address: 0, or -1 with msg. */
@@ -752,10 +1037,9 @@ static int gateway_main(const struct cli_command *cmd, int argc, char **argv)
 			      .wait_s = DEFAULT_WAIT_S };
 	const char *listen = NULL, *backend = NULL;
 	struct addrinfo *ai = NULL;
-	struct MHD_Daemon *d;
 	char msg[PATH_MAX + 64];
 	sigset_t stop;
-	int c, ret, sig;
+	int c, ret;
 
 	while ((c = cli_getopt(&o, argc, argv, opts)) != -1) {
 		switch (c) {
@@ -784,30 +1068,39 @@ static int gateway_main(const struct cli_command *cmd, int argc, char **argv)
 	sigaddset(&stop, SIGTERM);
 	sigaddset(&stop, SIGINT);
 	sigaddset(&stop, SIGPIPE);
-	sigprocmask(SIG_BLOCK, &stop, NULL);	/* the server threads inherit it */
-	d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-			     MHD_USE_POLL | MHD_USE_ERROR_LOG |
-			     (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0), 0, NULL, NULL,
-			     on_request, &gw,
-			     MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-			     MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL,
-			     MHD_OPTION_CONNECTION_TIMEOUT, 0u, MHD_OPTION_END);
+	sigprocmask(SIG_BLOCK, &stop, NULL);	/* SIGTERM, SIGINT: the signalfd */
+	gw.ep = gw.sig_fd = -1;
+	gw.mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+				  (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0), 0, NULL, NULL,
+				  on_request, &gw,
+				  MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+				  MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL,
+				  MHD_OPTION_CONNECTION_TIMEOUT, 0u, MHD_OPTION_END);
 	freeaddrinfo(ai);
-	if (!d) {
+	if (!gw.mhd) {
 		curl_global_cleanup();
 		return cli_fail(cmd, 0, EXIT_USAGE, "cannot listen on %s (its reason is above)",
 				listen);
 	}
-	fprintf(stderr, "moeft gateway: listening on %s for %s\n", listen, gw.backend);
-	sigdelset(&stop, SIGPIPE);
-	while ((sig = sigwaitinfo(&stop, NULL)) < 0 && errno == EINTR)
-		;
-	atomic_store(&gw.stopping, 1);
-	MHD_stop_daemon(d);
+	if (loop_start(&gw) < 0) {
+		ret = cli_fail(cmd, 0, EXIT_USAGE, "cannot start the gateway's loop: %s",
+			       strerror(errno));
+	} else {
+		fprintf(stderr, "moeft gateway: listening on %s for %s\n", listen, gw.backend);
+		serve(&gw);
+		fprintf(stderr, "moeft gateway: stopped; requests that lost the server mid-answer: "
+			"%lu\n", gw.migrated);
+		ret = EXIT_OK;
+	}
+	MHD_stop_daemon(gw.mhd);	/* frees the flights left */
+	if (gw.multi)
+		curl_multi_cleanup(gw.multi);
+	if (gw.ep >= 0)
+		close(gw.ep);
+	if (gw.sig_fd >= 0)
+		close(gw.sig_fd);
 	curl_global_cleanup();
-	fprintf(stderr, "moeft gateway: stopped; requests that lost the server mid-answer: %lu\n",
-		(unsigned long)atomic_load(&gw.migrated));
-	return EXIT_OK;
+	return ret;
 }
 
 const struct cli_command cmd_gateway = {
