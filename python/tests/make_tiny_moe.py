@@ -3,7 +3,8 @@
     python make_tiny_moe.py OUT [--force]
 
 4 layers, 8 experts, top-2, vocabulary 1000 (a word-level tokenizer trained
-here on random "w<n>" words: nothing is downloaded), float32 weights, all
+here on random "w<n>" words: nothing is downloaded; a chat template that
+joins the messages' contents with spaces), float32 weights, all
 from fixed seeds (python/VLLM.md, section 3, but with initializer_range 0.2).  OUT holds config.json,
 generation_config.json, model.safetensors, tokenizer.json,
 tokenizer_config.json and a stamp: the hash of this script and the versions
@@ -27,6 +28,10 @@ STAMP = "moeft-tiny-moe.stamp"
 SEED = 0
 VOCAB = 1000
 SPECIALS = ["<unk>", "<s>", "</s>", "<pad>"]
+# A chat is its messages' contents, one after another: the tests' chats
+# through vLLM's /v1/chat/completions need a template, and no more.
+CHAT_TEMPLATE = ("{% for m in messages %}{{ m['content'] }}"
+                 "{% if not loop.last %} {% endif %}{% endfor %}")
 
 
 def stamp() -> str:
@@ -56,6 +61,7 @@ def make(out: Path) -> int:
         tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
         pad_token="<pad>",
     )
+    fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(out)
 
     vocab = tok.get_vocab_size()

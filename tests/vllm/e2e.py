@@ -88,10 +88,10 @@ def body_for(model: str, prompt: list[int], max_tokens: int, stream: bool) -> di
     return b
 
 
-def post(url: str, body: dict[str, Any], timeout: float) -> http.client.HTTPResponse:
+def post(url: str, body: dict[str, Any], timeout: float,
+         path: str = "/v1/completions") -> http.client.HTTPResponse:
     c = conn(url, timeout)
-    c.request("POST", "/v1/completions", json.dumps(body),
-              {"Content-Type": "application/json"})
+    c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
     return c.getresponse()
 
 

@@ -30,7 +30,8 @@
 #      block on (cached_tokens no more than the blocks before it) with the
 #      same tokens
 #   f  moeft run --gateway: the server under moeft run with the connector,
-#      8 streaming clients through moeft gateway (token-id prompts, GMAX
+#      8 streaming clients through moeft gateway (4 completions of token-id
+#      prompts, 4 chats of those ids as words; GMAX
 #      tokens each), once uninterrupted and once with the server's process
 #      group killed twice (at AFTER and 2 x AFTER tokens a client); moeft
 #      run restores it each time: every client gets the uninterrupted
@@ -366,7 +367,7 @@ fi
 
 # f. moeft run --gateway: clients that do not notice two crashes.
 if has f; then
-	phase "f: moeft run --gateway, 8 streaming clients, two crashes"
+	phase "f: moeft run --gateway, 8 streaming clients (4 chats), two crashes"
 	gport=$("$py" tests/vllm/e2e.py port)
 	gurl=http://127.0.0.1:$gport
 	gw() { "$py" "$root/tests/vllm/gateway.py" "$@"; }

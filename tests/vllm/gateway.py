@@ -4,7 +4,8 @@
     gateway.py check BASELINE GOT RUN_LOG BLOCK WINDOW KILLS
     gateway.py stopped LEADER SHM_BEFORE SECONDS
 
-clients: one streaming client per prompt through the gateway, all at once;
+clients: one streaming client per prompt through the gateway, all at once,
+every other one a chat (its message the prompt's ids as words "w<id>");
 with KILLS, the server that moeft run (RUN_PID) supervises is killed with
 SIGKILL to its process group KILLS times: the first once a client has
 AFTER tokens, each next once moeft run has started the server again and a
@@ -86,8 +87,13 @@ def cmd_clients(url: str, prompts_file: str, max_tokens: str, out: str, after: s
 
     def one(i: int) -> None:
         r = res[i]
+        chat = i % 2 == 1
+        body = body_for(model, prompts[i], int(max_tokens), True)
+        if chat:
+            body["messages"] = [{"role": "user", "content": " ".join(f"w{t}" for t in
+                                                                     body.pop("prompt"))}]
         try:
-            resp = post(url, body_for(model, prompts[i], int(max_tokens), True), 900)
+            resp = post(url, body, 900, "/v1/chat/completions" if chat else "/v1/completions")
             r["status"] = resp.status
             if resp.status != 200:
                 r["errors"].append(resp.read().decode(errors="replace")[:300])
@@ -106,7 +112,10 @@ def cmd_clients(url: str, prompts_file: str, max_tokens: str, out: str, after: s
                     r["errors"].append(ev["error"])
                 for ch in ev.get("choices", []):
                     r["tokens"].extend(ch.get("token_ids") or [])
-                    r["text"] += ch.get("text") or ""
+                    if chat:
+                        r["text"] += (ch.get("delta") or {}).get("content") or ""
+                    else:
+                        r["text"] += ch.get("text") or ""
             if not done:
                 r["errors"].append("the stream ended without [DONE]")
         except Exception as e:  # reported in OUT, checked by check
