@@ -723,11 +723,32 @@ static int load_int(const uint8_t *b, unsigned width, int64_t *v)
 	return -1;
 }
 
+/*
+ * Whether a term reading param t->param fits a param of `size` bytes: a
+ * bare pN reads the param at its own size (1, 2, 4 or 8), an explicit
+ * width must agree with it (which catches a rule gone stale), a field
+ * must lie inside it.  The one rule for rule_eval and rule_fits.
+ */
+static int term_fits(const struct rule_term *t, uint32_t size)
+{
+	if (t->kind == TERM_FIELD)
+		return (uint32_t)t->off + t->width <= size;
+	if (t->width)
+		return t->width == size;
+	return size == 1 || size == 2 || size == 4 || size == 8;
+}
+
+/* Whether a ref fits a param of `size` bytes: a pointer param is 8 bytes;
+ * a pointer inside a struct param lies inside it. */
+static int ref_fits(const struct rule_ref *r, uint32_t size)
+{
+	return r->in_struct ? (uint32_t)r->off + 8 <= size : size == 8;
+}
+
 static int eval_term(const struct launch *l, const struct rule_term *t, int64_t *v)
 {
 	const uint8_t *b;
 	uint32_t size;
-	unsigned w;
 
 	switch (t->kind) {
 	case TERM_CONST:
@@ -742,17 +763,11 @@ static int eval_term(const struct launch *l, const struct rule_term *t, int64_t 
 	case TERM_PARAM:
 		if (!(b = param(l, t->param, &size)))
 			return -1;
-		/* Bare pN reads the param at its real size; an explicit width
-		 * must agree with it, which catches a rule gone stale. */
-		if (!l->sizes)
-			w = t->width ? t->width : 4;
-		else if (t->width && t->width != size)
-			return -1;
-		else
-			w = size;
-		return load_int(b, w, v);
+		if (!l->sizes)	/* sizes unknown: an int unless told */
+			return load_int(b, t->width ? t->width : 4, v);
+		return term_fits(t, size) ? load_int(b, size, v) : -1;
 	case TERM_FIELD:
-		if (!(b = param(l, t->param, &size)) || (uint32_t)t->off + t->width > size)
+		if (!(b = param(l, t->param, &size)) || !term_fits(t, size))
 			return -1;
 		return load_int(b + t->off, t->width, v);
 	}
@@ -784,9 +799,7 @@ static int eval_ref(const struct launch *l, const struct rule_ref *r, uint64_t *
 	const uint8_t *b;
 	uint32_t size;
 
-	if (!(b = param(l, r->param, &size)))
-		return -1;
-	if (r->in_struct ? (uint32_t)r->off + 8 > size : size != 8)
+	if (!(b = param(l, r->param, &size)) || !ref_fits(r, size))
 		return -1;
 	memcpy(ptr, b + r->off, 8);
 	return 0;
@@ -855,6 +868,84 @@ int rule_eval(const struct rule *r, void *const *args, const uint32_t *param_siz
 		return -1;
 	*out = h;
 	return 1;
+}
+
+/* ---- fitting a kernel's parameter table ------------------------------- */
+
+struct fit {
+	const uint32_t *sizes;
+	unsigned n;
+	char *why;
+	size_t len;
+};
+
+static int ref_misfit(struct fit *f, const char *key, const struct rule_ref *r)
+{
+	uint32_t size;
+
+	if (r->param >= f->n) {
+		snprintf(f->why, f->len, "%s=p%u: the kernel has %u parameters", key, r->param, f->n);
+		return 1;
+	}
+	if (ref_fits(r, size = f->sizes[r->param]))
+		return 0;
+	if (r->in_struct)
+		snprintf(f->why, f->len, "%s=p%u@%u: a pointer at byte %u passes the end of the "
+			 "%u-byte parameter", key, r->param, r->off, r->off, size);
+	else
+		snprintf(f->why, f->len, "%s=p%u: a pointer is 8 bytes, the parameter %u", key,
+			 r->param, size);
+	return 1;
+}
+
+static int val_misfit(struct fit *f, const char *key, const struct rule_val *v)
+{
+	for (unsigned i = 0; i < v->n; i++) {
+		const struct rule_term *t = &v->t[i];
+		uint32_t size;
+
+		if (t->kind != TERM_PARAM && t->kind != TERM_FIELD)
+			continue;
+		if (t->param >= f->n) {
+			snprintf(f->why, f->len, "%s: p%u: the kernel has %u parameters", key,
+				 t->param, f->n);
+			return 1;
+		}
+		if (term_fits(t, size = f->sizes[t->param]))
+			continue;
+		if (t->kind == TERM_FIELD)
+			snprintf(f->why, f->len, "%s: p%u@%u: %u bytes at byte %u pass the end of the "
+				 "%u-byte parameter", key, t->param, t->off, t->width, t->off, size);
+		else if (t->width)
+			snprintf(f->why, f->len, "%s: p%u read as %u bytes, the parameter is %u", key,
+				 t->param, t->width, size);
+		else
+			snprintf(f->why, f->len, "%s: p%u is %u bytes, not an integer", key, t->param,
+				 size);
+		return 1;
+	}
+	return 0;
+}
+
+int rule_fits(const struct rule *r, const uint32_t *sizes, unsigned nparams, char *why,
+	      size_t len)
+{
+	struct fit f = { sizes, nparams, why, len };
+	const char *ref = r->kind == RULE_ROUTING ? "ids" : "slots";
+	int bad = 0;
+
+	if (len)
+		why[0] = '\0';
+	if (r->kind != RULE_STEP)
+		bad = ref_misfit(&f, ref, &r->ref);
+	bad = bad || val_misfit(&f, "rows", &r->rows) || val_misfit(&f, "k", &r->k) ||
+	      val_misfit(&f, "stride", &r->stride) || val_misfit(&f, "experts", &r->experts) ||
+	      val_misfit(&f, "count", &r->count) || val_misfit(&f, "block", &r->block);
+	for (unsigned i = 0; !bad && i < r->npool; i++)
+		bad = ref_misfit(&f, "pool", &r->pool[i]);
+	for (unsigned i = 0; !bad && i < r->nwhen; i++)
+		bad = val_misfit(&f, "when", &r->when[i].a) || val_misfit(&f, "when", &r->when[i].b);
+	return bad ? -1 : 0;
 }
 
 /* ---- formatting -------------------------------------------------------- */

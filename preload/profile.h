@@ -162,6 +162,18 @@ int rule_eval(const struct rule *r, void *const *args, const uint32_t *param_siz
 	      unsigned nparams, const unsigned grid[3], const unsigned block[3],
 	      struct rule_hit *out);
 
+/*
+ * Whether rule r's positions fit a kernel whose parameter table (sizes in
+ * bytes, by ordinal, as cuobjdump or cuFuncGetParamInfo give it) is
+ * sizes[0..nparams): every param it reads exists, a pointer is 8 bytes, a
+ * bare pN an integer of 1, 2, 4 or 8 bytes, pN:i32 / pN:i64 exactly 4 / 8,
+ * and a field lies inside its struct.  rule_eval() applies the same
+ * rules to each launch.  0, or -1 with the first misfit in why ("k: p6
+ * read as 8 bytes, the parameter is 4").
+ */
+int rule_fits(const struct rule *r, const uint32_t *sizes, unsigned nparams, char *why,
+	      size_t len);
+
 /* Write r back in canonical text form (one line, no newline); returns the
  * length it needed, like snprintf. */
 int rule_format(const struct rule *r, char *out, size_t len);

@@ -1182,6 +1182,56 @@ static CU_TestInfo builtin_tests[] = {
 	CU_TEST_INFO_NULL
 };
 
+/* rule_fits against parameter tables as cuobjdump lists them: the first
+ * misfit, in words, or 0. */
+static void fits(const char *text, const uint32_t *sizes, unsigned n, const char *want)
+{
+	struct rule r = one_rule(text);
+	char why[160];
+	int ret = rule_fits(&r, sizes, n, why, sizeof why);
+
+	CU_ASSERT_EQUAL(ret, want ? -1 : 0);
+	CU_ASSERT_STRING_EQUAL(why, want ? want : "");
+	if (strcmp(why, want ? want : ""))
+		fprintf(stderr, "\n%s: '%s', want '%s'\n", text, why, want ? want : "");
+}
+
+static void test_fits(void)
+{
+	/* vLLM topkGating: (input, finished, output, num_rows, indices,
+	 * source_rows, k, start_expert, end_expert) */
+	static const uint32_t topk[] = { 8, 8, 8, 4, 8, 8, 4, 4, 4 };
+	/* torch gatherTopK: TensorInfo structs (p0, p6, p8) of 416 bytes */
+	static const uint32_t gather[] = { 416, 4, 4, 1, 4, 416, 416, 4, 416, 4 };
+	/* a kv writer: slots p4 int64*, block p9 int */
+	static const uint32_t kv[] = { 8, 8, 8, 8, 8, 4, 4, 4, 4, 4 };
+
+	fits("routing x ids=p4:i32 rows=p3 k=p6", topk, 9, NULL);
+	fits("routing x ids=p4:i32 rows=p3 k=p6 when=p8>=1", topk, 9, NULL);
+	fits("routing x ids=p4:i32 rows=p3 k=p9", topk, 9,
+	     "k: p9: the kernel has 9 parameters");
+	fits("routing x ids=p3:i32 rows=p4 k=p6", topk, 9,
+	     "ids=p3: a pointer is 8 bytes, the parameter 4");
+	fits("routing x ids=p4:i32 rows=p3:i64 k=p6", topk, 9,
+	     "rows: p3 read as 8 bytes, the parameter is 4");
+	fits("routing x ids=p4 rows=p3 k=p6 stride=p1*2", topk, 9, NULL);
+	fits("routing x ids=p12 rows=p3 k=p6", topk, 9, "ids=p12: the kernel has 9 parameters");
+	fits("routing x ids=p8@0:i64 rows=p4 k=p2 experts=p1 when=p1<=1024 when=p9==1", gather,
+	     10, NULL);
+	fits("routing x ids=p8@412:i64 rows=p4 k=p2", gather, 10,
+	     "ids=p8@412: a pointer at byte 412 passes the end of the 416-byte parameter");
+	fits("routing x ids=p8 rows=p4 k=p2", gather, 10,
+	     "ids=p8: a pointer is 8 bytes, the parameter 416");
+	fits("routing x ids=p8@0 rows=p4 k=p2 when=p0@412:i64==1", gather, 10,
+	     "when: p0@412: 8 bytes at byte 412 pass the end of the 416-byte parameter");
+	fits("routing x ids=p8@0 rows=p0 k=p2", gather, 10, "rows: p0 is 416 bytes, not an integer");
+	fits("kv x slots=p4:i64 count=grid.x block=p9 pool=p2,p3", kv, 10, NULL);
+	fits("kv x slots=p4:i64 count=grid.x block=p9 pool=p2,p5", kv, 10,
+	     "pool=p5: a pointer is 8 bytes, the parameter 4");
+	fits("step x when=p0==0", kv, 10, NULL);
+	fits("step x when=p20==0", kv, 10, "when: p20: the kernel has 10 parameters");
+}
+
 static CU_TestInfo eval_tests[] = {
 	{ "pointers and ints, sizes known and unknown", test_eval_pointer_and_ints },
 	{ "param sizes respected", test_eval_param_sizes },
@@ -1194,6 +1244,7 @@ static CU_TestInfo eval_tests[] = {
 	{ "out-of-range params", test_eval_out_of_range },
 	{ "impossible values and NULL pointers", test_eval_impossible_values },
 	{ "vLLM reshape_and_cache_flash_kernel", test_eval_vllm_flash },
+	{ "rule_fits: positions against parameter tables", test_fits },
 	CU_TEST_INFO_NULL
 };
 
