@@ -70,10 +70,11 @@ static void ev_map(uint64_t va, uint64_t size, uint64_t handle, uint64_t fingerp
 	allocs_map(va, size, handle, fingerprint, &a);
 }
 
-static int ev_claim(const char *name, int params_known)
+static int ev_claim(const char *name, const uint32_t *sizes, unsigned nparams,
+		    int params_known)
 {
 	int rule = profile_match(dp.prof, name);
-	char label[64];
+	char label[64], why[160];
 
 	if (rule < 0)
 		return -1;
@@ -82,6 +83,13 @@ static int ev_claim(const char *name, int params_known)
 	if (!params_known) {
 		msg_log(WAL_LOG_WARN, "rule %s owns kernel %s, but the driver does not report its "
 			"parameter sizes; it is not evaluated", label, name);
+		return -1;
+	}
+	/* A rule gone stale for this build of the kernel reads the wrong
+	 * argument: refused before its first launch is read. */
+	if (rule_fits(&dp.prof->rules[rule], sizes, nparams, why, sizeof why) < 0) {
+		msg_log(WAL_LOG_WARN, "rule %s does not fit kernel %s: %s; it is not evaluated "
+			"for it", label, name, why);
 		return -1;
 	}
 	msg_log(WAL_LOG_DEBUG, "kernel %s: rule %s", name, label);

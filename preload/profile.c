@@ -870,6 +870,54 @@ int rule_eval(const struct rule *r, void *const *args, const uint32_t *param_siz
 	return 1;
 }
 
+/* ---- the parameters a rule reads ---------------------------------------- */
+
+static int ref_use(const char *key, const struct rule_ref *r,
+		   int (*fn)(const struct rule_use *u, void *arg), void *arg)
+{
+	struct rule_use u = { key, r->param, r->in_struct ? USE_FIELD_POINTER : USE_POINTER,
+			      8, r->off, r->dtype };
+
+	return fn(&u, arg);
+}
+
+static int val_uses(const char *key, const struct rule_val *v,
+		    int (*fn)(const struct rule_use *u, void *arg), void *arg)
+{
+	for (unsigned i = 0; i < v->n; i++) {
+		const struct rule_term *t = &v->t[i];
+		struct rule_use u = { key, t->param, t->kind == TERM_FIELD ? USE_FIELD_INT : USE_INT,
+				      t->width, t->off, 0 };
+		int ret;
+
+		if ((t->kind == TERM_PARAM || t->kind == TERM_FIELD) && (ret = fn(&u, arg)))
+			return ret;
+	}
+	return 0;
+}
+
+int rule_each_use(const struct rule *r, int (*fn)(const struct rule_use *u, void *arg),
+		  void *arg)
+{
+	int ret = 0;
+
+	if (r->kind != RULE_STEP)
+		ret = ref_use(r->kind == RULE_ROUTING ? "ids" : "slots", &r->ref, fn, arg);
+	ret = ret ? ret : val_uses("rows", &r->rows, fn, arg);
+	ret = ret ? ret : val_uses("k", &r->k, fn, arg);
+	ret = ret ? ret : val_uses("stride", &r->stride, fn, arg);
+	ret = ret ? ret : val_uses("experts", &r->experts, fn, arg);
+	ret = ret ? ret : val_uses("count", &r->count, fn, arg);
+	ret = ret ? ret : val_uses("block", &r->block, fn, arg);
+	for (unsigned i = 0; !ret && i < r->npool; i++)
+		ret = ref_use("pool", &r->pool[i], fn, arg);
+	for (unsigned i = 0; !ret && i < r->nwhen; i++) {
+		ret = val_uses("when", &r->when[i].a, fn, arg);
+		ret = ret ? ret : val_uses("when", &r->when[i].b, fn, arg);
+	}
+	return ret;
+}
+
 /* ---- fitting a kernel's parameter table ------------------------------- */
 
 struct fit {
@@ -879,73 +927,57 @@ struct fit {
 	size_t len;
 };
 
-static int ref_misfit(struct fit *f, const char *key, const struct rule_ref *r)
+static int use_misfit(const struct rule_use *u, void *arg)
 {
+	struct fit *f = arg;
+	struct rule_term t = { .kind = u->what == USE_FIELD_INT ? TERM_FIELD : TERM_PARAM,
+			       .param = (uint8_t)u->param, .width = (uint8_t)u->width,
+			       .off = (uint16_t)u->off };
+	struct rule_ref r = { .param = (uint8_t)u->param,
+			      .in_struct = u->what == USE_FIELD_POINTER, .off = (uint16_t)u->off };
 	uint32_t size;
 
-	if (r->param >= f->n) {
-		snprintf(f->why, f->len, "%s=p%u: the kernel has %u parameters", key, r->param, f->n);
+	if (u->param >= f->n) {
+		snprintf(f->why, f->len, "%s: p%u: the kernel has %u parameters", u->key, u->param,
+			 f->n);
 		return 1;
 	}
-	if (ref_fits(r, size = f->sizes[r->param]))
-		return 0;
-	if (r->in_struct)
-		snprintf(f->why, f->len, "%s=p%u@%u: a pointer at byte %u passes the end of the "
-			 "%u-byte parameter", key, r->param, r->off, r->off, size);
-	else
-		snprintf(f->why, f->len, "%s=p%u: a pointer is 8 bytes, the parameter %u", key,
-			 r->param, size);
-	return 1;
-}
-
-static int val_misfit(struct fit *f, const char *key, const struct rule_val *v)
-{
-	for (unsigned i = 0; i < v->n; i++) {
-		const struct rule_term *t = &v->t[i];
-		uint32_t size;
-
-		if (t->kind != TERM_PARAM && t->kind != TERM_FIELD)
-			continue;
-		if (t->param >= f->n) {
-			snprintf(f->why, f->len, "%s: p%u: the kernel has %u parameters", key,
-				 t->param, f->n);
-			return 1;
-		}
-		if (term_fits(t, size = f->sizes[t->param]))
-			continue;
-		if (t->kind == TERM_FIELD)
-			snprintf(f->why, f->len, "%s: p%u@%u: %u bytes at byte %u pass the end of the "
-				 "%u-byte parameter", key, t->param, t->off, t->width, t->off, size);
-		else if (t->width)
-			snprintf(f->why, f->len, "%s: p%u read as %u bytes, the parameter is %u", key,
-				 t->param, t->width, size);
+	size = f->sizes[u->param];
+	switch (u->what) {
+	case USE_POINTER:
+		if (ref_fits(&r, size))
+			return 0;
+		snprintf(f->why, f->len, "%s: p%u: a pointer is 8 bytes, the parameter %u",
+			 u->key, u->param, size);
+		return 1;
+	case USE_FIELD_POINTER:
+	case USE_FIELD_INT:
+		if (u->what == USE_FIELD_POINTER ? ref_fits(&r, size) : term_fits(&t, size))
+			return 0;
+		snprintf(f->why, f->len, "%s: p%u@%u: %u bytes at byte %u pass the end of the "
+			 "%u-byte parameter", u->key, u->param, u->off, u->width, u->off, size);
+		return 1;
+	default:
+		if (term_fits(&t, size))
+			return 0;
+		if (u->width)
+			snprintf(f->why, f->len, "%s: p%u read as %u bytes, the parameter is %u",
+				 u->key, u->param, u->width, size);
 		else
-			snprintf(f->why, f->len, "%s: p%u is %u bytes, not an integer", key, t->param,
-				 size);
+			snprintf(f->why, f->len, "%s: p%u is %u bytes, not an integer", u->key,
+				 u->param, size);
 		return 1;
 	}
-	return 0;
 }
 
 int rule_fits(const struct rule *r, const uint32_t *sizes, unsigned nparams, char *why,
 	      size_t len)
 {
 	struct fit f = { sizes, nparams, why, len };
-	const char *ref = r->kind == RULE_ROUTING ? "ids" : "slots";
-	int bad = 0;
 
 	if (len)
 		why[0] = '\0';
-	if (r->kind != RULE_STEP)
-		bad = ref_misfit(&f, ref, &r->ref);
-	bad = bad || val_misfit(&f, "rows", &r->rows) || val_misfit(&f, "k", &r->k) ||
-	      val_misfit(&f, "stride", &r->stride) || val_misfit(&f, "experts", &r->experts) ||
-	      val_misfit(&f, "count", &r->count) || val_misfit(&f, "block", &r->block);
-	for (unsigned i = 0; !bad && i < r->npool; i++)
-		bad = ref_misfit(&f, "pool", &r->pool[i]);
-	for (unsigned i = 0; !bad && i < r->nwhen; i++)
-		bad = val_misfit(&f, "when", &r->when[i].a) || val_misfit(&f, "when", &r->when[i].b);
-	return bad ? -1 : 0;
+	return rule_each_use(r, use_misfit, &f) ? -1 : 0;
 }
 
 /* ---- formatting -------------------------------------------------------- */

@@ -162,6 +162,28 @@ int rule_eval(const struct rule *r, void *const *args, const uint32_t *param_siz
 	      unsigned nparams, const unsigned grid[3], const unsigned block[3],
 	      struct rule_hit *out);
 
+/* One parameter a rule reads, for checking rules against kernels. */
+enum rule_use_what {
+	USE_POINTER = 1,	/* pN: a device pointer */
+	USE_FIELD_POINTER,	/* pN@OFF: 8 bytes of a by-value struct */
+	USE_INT,		/* pN[:i32|:i64]: an integer */
+	USE_FIELD_INT		/* pN@OFF[:i64]: an integer inside a struct */
+};
+
+struct rule_use {
+	const char *key;	/* "ids", "slots", "rows", ..., "pool", "when" */
+	unsigned param;
+	int what;		/* enum rule_use_what */
+	unsigned width;		/* bytes read; USE_INT: 0 (the param's own), 4, 8 */
+	unsigned off;		/* the fields' */
+	int dtype;		/* ids= / slots=: enum rule_dtype; 0 otherwise */
+};
+
+/* Call fn for each parameter rule r reads, in the order of its text,
+ * until fn returns non-zero: that value, else 0. */
+int rule_each_use(const struct rule *r, int (*fn)(const struct rule_use *u, void *arg),
+		  void *arg);
+
 /*
  * Whether rule r's positions fit a kernel whose parameter table (sizes in
  * bytes, by ordinal, as cuobjdump or cuFuncGetParamInfo give it) is

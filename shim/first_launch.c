@@ -105,7 +105,7 @@ int shim_first_launch(int kind, const void *func, struct kid_match **m)
 	memset(&d, 0, sizeof d);
 	d.rule = -1;
 	if (identify(kind, func, &d) == 0 && d.name)
-		d.rule = shim_events_above.claim(d.name, d.params_known);
+		d.rule = shim_events_above.claim(d.name, d.sizes, d.nparams, d.params_known);
 	r = kid_insert(shim_kids, func, &d, m);
 	if (r == KID_FULL && d.rule >= 0) {
 		if (!atomic_exchange_explicit(&match_full_said, 1, memory_order_relaxed))

@@ -79,8 +79,10 @@ struct shim_events {
 	void (*map)(uint64_t va, uint64_t size, uint64_t handle, uint64_t fingerprint);
 	void (*unmap)(uint64_t va, uint64_t size);
 	/* A kernel handle's first launch, named: the rule that claims it, or
-	 * -1.  params_known: the driver reported the parameter sizes. */
-	int (*claim)(const char *name, int params_known);
+	 * -1.  params_known: the driver reported the parameter sizes,
+	 * sizes[0..nparams). */
+	int (*claim)(const char *name, const uint32_t *sizes, unsigned nparams,
+		     int params_known);
 	/* A launch of a claimed kernel (or of any, while watched), before it
 	 * is forwarded; 1 when `launched` must follow once it succeeded. */
 	int (*launch)(const struct shim_launch *l);

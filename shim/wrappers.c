@@ -181,6 +181,11 @@ static void ev_cudaLaunchKernelExC_ptsz(const struct shim_call *c,
 	launched_exc(c, config, func, args, ptsz(config ? config->stream : NULL));
 }
 
+/* A cooperative launch (all of the grid's blocks resident at once, as
+ * vLLM's _deepselect_C launches): to moeft, a launch like any other. */
+#define ev_cudaLaunchCooperativeKernel ev_cudaLaunchKernel
+#define ev_cudaLaunchCooperativeKernel_ptsz ev_cudaLaunchKernel_ptsz
+
 static void ev_cudaGraphLaunch(const struct shim_call *c, cudaGraphExec_t graphExec,
 			       cudaStream_t stream)
 {
@@ -304,6 +309,28 @@ static void ev_cuLaunchKernel_ptsz(const struct shim_call *c, CUfunction f,
 {
 	ev_cuLaunchKernel(c, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
 			  sharedMemBytes, ptsz(hStream), kernelParams, extra);
+}
+
+static void ev_cuLaunchCooperativeKernel(const struct shim_call *c, CUfunction f,
+					 unsigned int gridDimX, unsigned int gridDimY,
+					 unsigned int gridDimZ, unsigned int blockDimX,
+					 unsigned int blockDimY, unsigned int blockDimZ,
+					 unsigned int sharedMemBytes, CUstream hStream,
+					 void **kernelParams)
+{
+	ev_cuLaunchKernel(c, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+			  sharedMemBytes, hStream, kernelParams, NULL);
+}
+
+static void ev_cuLaunchCooperativeKernel_ptsz(const struct shim_call *c, CUfunction f,
+					      unsigned int gridDimX, unsigned int gridDimY,
+					      unsigned int gridDimZ, unsigned int blockDimX,
+					      unsigned int blockDimY, unsigned int blockDimZ,
+					      unsigned int sharedMemBytes, CUstream hStream,
+					      void **kernelParams)
+{
+	ev_cuLaunchKernel(c, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+			  sharedMemBytes, ptsz(hStream), kernelParams, NULL);
 }
 
 static void launched_ex(const struct shim_call *c, const CUlaunchConfig *config, CUfunction f,

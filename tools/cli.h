@@ -26,7 +26,7 @@ struct cli_command {
 };
 
 extern const struct cli_command cmd_verify, cmd_inspect, cmd_restore, cmd_ls, cmd_demo,
-	cmd_bench, cmd_resubmit, cmd_run, cmd_gateway;
+	cmd_bench, cmd_resubmit, cmd_run, cmd_gateway, cmd_profile;
 
 /* The tools' environment, read once by cli_env_load(). */
 struct cli_env {

@@ -10,7 +10,7 @@
 
 static const struct cli_command *const commands[] = {
 	&cmd_verify, &cmd_inspect, &cmd_restore, &cmd_resubmit, &cmd_run, &cmd_gateway,
-	&cmd_ls, &cmd_demo, &cmd_bench,
+	&cmd_ls, &cmd_demo, &cmd_bench, &cmd_profile,
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

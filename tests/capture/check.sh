@@ -131,6 +131,18 @@ grep -q 'topkGating.*does not report its parameter sizes; it is not evaluated' \
 	"$dir/noparam.err" || fail "no param info: no warning: $(cat "$dir/noparam.err")"
 grep -q 'summary: .* matched=0 rule_hits=0 captured=0 ' "$dir/noparam.err" ||
 	fail "no param info: $(grep summary "$dir/noparam.err")"
+# A rule whose positions do not fit the kernel's parameter table (a stale
+# rule, another build of the kernel): refused at the kernel's first
+# launch with one line naming the kernel and the parameter, never read;
+# nothing captured, the program runs on unchanged.
+printf 'routing *4vllm3moe10topkGatingI* ids=p4:i32 rows=p3 k=p20\n' >"$dir/misfit.rules"
+MOEFT_PROFILE="$dir/misfit.rules" MOEFT_WAL="$dir/misfit.wal" MOEFT_LOG=info LD_PRELOAD="$lib" \
+	"$serve" $args >"$dir/misfit" 2>"$dir/misfit.err" || fail "misfit rule: run failed"
+cmp -s "$dir/plain-noparam" "$dir/misfit" || fail "misfit rule: output differs"
+[ "$(grep -c 'does not fit kernel _ZN4vllm3moe10topkGatingILi128EiEEvPKfPKbPfiPT0_Piiiii: k: p20: the kernel has 10 parameters; it is not evaluated for it' \
+	"$dir/misfit.err")" = 1 ] || fail "misfit rule: want one line, got: $(cat "$dir/misfit.err")"
+grep -q 'summary: .* matched=0 rule_hits=0 captured=0 ' "$dir/misfit.err" ||
+	fail "misfit rule: $(grep summary "$dir/misfit.err")"
 # Pinned memory short of the KV pools' 17 MiB (the fixture refuses pinned
 # allocations over 5 MiB; the ring takes 4): the staging is halved until
 # the driver gives it (one warning), the program runs on unchanged, and

@@ -414,8 +414,20 @@ static void test_first_match_wins(void)
 /* ---- built-in profiles ---------------------------------------------------- */
 
 static const char *const vllm_want[] = {
+	"routing *4vllm3moe10topkGatingI*Ej* ids=p4:u32 rows=p3 k=p6",
+	"routing *4vllm3moe10topkGatingI*El* ids=p4:i64 rows=p3 k=p6",
 	"routing *4vllm3moe10topkGatingI* ids=p4:i32 rows=p3 k=p6",
+	"routing *4vllm3moe17topkGatingSoftmaxI*Ej* ids=p4:u32 rows=p3 k=p6",
+	"routing *4vllm3moe17topkGatingSoftmaxI*El* ids=p4:i64 rows=p3 k=p6",
 	"routing *4vllm3moe17topkGatingSoftmaxI* ids=p4:i32 rows=p3 k=p6",
+	"routing *4vllm3moe22topkGatingSoftplusSqrtI*ELb?Ej* ids=p4:u32 rows=p3 k=p6",
+	"routing *4vllm3moe22topkGatingSoftplusSqrtI*ELb?El* ids=p4:i64 rows=p3 k=p6",
+	"routing *4vllm3moe22topkGatingSoftplusSqrtI* ids=p4:i32 rows=p3 k=p6",
+	"routing *4vllm3moe24dsv4HashTopkSoftplusSqrtIj* ids=p2:u32 rows=p3 k=6 experts=p4",
+	"routing *4vllm3moe24dsv4HashTopkSoftplusSqrtIl* ids=p2:i64 rows=p3 k=6 experts=p4",
+	"routing *4vllm3moe24dsv4HashTopkSoftplusSqrtI* ids=p2:i32 rows=p3 k=6 experts=p4",
+	"routing *4vllm3moe7moeTopKI*Ej* ids=p3:u32 rows=grid.x k=p6",
+	"routing *4vllm3moe7moeTopKI*El* ids=p3:i64 rows=grid.x k=p6",
 	"routing *4vllm3moe7moeTopKI* ids=p3:i32 rows=grid.x k=p6",
 	"routing *grouped_topk_fused_kernel* ids=p2:i32 rows=p4 k=p8",
 	"routing *grouped_topk_fused_small_expert_count_kernel* ids=p2:i32 rows=p4 k=p7",
@@ -428,7 +440,9 @@ static const char *const vllm_want[] = {
 
 static const char *const sglang_want[] = {
 	"routing *topkGatingSoftmax* ids=p4:i32 rows=p3 k=p5",
+	"routing *topkGatingSigmoid* ids=p4:i32 rows=p3 k=p5",
 	"routing *moeTopK* ids=p3:i32 rows=grid.x k=p5",
+	"routing *kimi_k2_moe_fused_gate_kernel* ids=p3:i32 rows=p4 k=p5",
 	"routing *moe_fused_gate_kernel_dynamic* ids=p3:i32 rows=p4 k=p8",
 	"routing *moe_fused_gate_kernel* ids=p3:i32 rows=p4 k=p6",
 	NULL
@@ -522,6 +536,21 @@ static void test_builtin_names(void)
 		{ "_ZN4vllm3moe17topkGatingSoftmaxILi8ELi64ELi4ELi16ELi32EiEEvPKfPKbPfiPT4_Piiii",
 		  "vllm", "*4vllm3moe17topkGatingSoftmaxI*" },
 		{ "_ZN4vllm3moe7moeTopKILi256EiEEvPKfPKbPfPT0_Piiiii", "vllm", "*4vllm3moe7moeTopKI*" },
+		/* The ids' type per instantiation (tests/engines/vllm-0.33.0.tsv). */
+		{ "_ZN4vllm3moe10topkGatingILi8ELi4ELi16ELi32Ej6__halfLNS0_11ScoringFuncE1EEEvPKT5_PKbPfiPT4_PiiiibPKfdS8_",
+		  "vllm", "*4vllm3moe10topkGatingI*Ej*" },
+		{ "_ZN4vllm3moe10topkGatingILi8ELi4ELi16ELi32El13__nv_bfloat16LNS0_11ScoringFuncE0EEEvPKT5_PKbPfiPT4_PiiiibPKfdS8_",
+		  "vllm", "*4vllm3moe10topkGatingI*El*" },
+		{ "_ZN4vllm3moe10topkGatingILi10ELi320ELi4ELi4ELi32Ei13__nv_bfloat16LNS0_11ScoringFuncE0EEEvPKT5_PKbPfiPT4_PiiiibPKfdS8_",
+		  "vllm", "*4vllm3moe10topkGatingI*" },
+		{ "_ZN4vllm3moe7moeTopKILi256EjEEvPKfPKbPfPT0_PiiiiibS3_dS5_", "vllm",
+		  "*4vllm3moe7moeTopKI*Ej*" },
+		{ "_ZN4vllm3moe7moeTopKILi256ElEEvPKfPKbPfPT0_PiiiiibS3_dS5_", "vllm",
+		  "*4vllm3moe7moeTopKI*El*" },
+		{ "_ZN4vllm3moe22topkGatingSoftplusSqrtILi10ELi320ELi4ELi4ELi32ELb0Eii13__nv_bfloat16EEvPKT7_PKbPfiPT5_PiiiibdPKfPKT6_SG_",
+		  "vllm", "*4vllm3moe22topkGatingSoftplusSqrtI*" },
+		{ "_ZN4vllm3moe24dsv4HashTopkSoftplusSqrtIiiEEvPKfPfPT_iifPKT0_S9_", "vllm",
+		  "*4vllm3moe24dsv4HashTopkSoftplusSqrtI*" },
 		{ "_ZN4vllm3moe25grouped_topk_fused_kernelIfiEEvPT_PfPiPKS1_iiiiibfi", "vllm",
 		  "*grouped_topk_fused_kernel*" },
 		{ "_ZN4vllm30reshape_and_cache_flash_kernelIttLNS_18Fp8KVCacheDataTypeE0EEEvPKT_S4_PT0_S6_PKllllliiiPKfSA_",
@@ -537,6 +566,12 @@ static void test_builtin_names(void)
 		{ "_Z29moe_fused_gate_kernel_dynamicIfEvPvS0_PfPiiiiiiibd", "sglang",
 		  "*moe_fused_gate_kernel_dynamic*" },
 		{ "_Z21moe_fused_gate_kernelIfLi8ELi256EEvPvS0_PfPiiiibd", "sglang", "*moe_fused_gate_kernel*" },
+		{ "_Z29kimi_k2_moe_fused_gate_kernelPfS_S_Pillbdb", "sglang",
+		  "*kimi_k2_moe_fused_gate_kernel*" },
+		{ "_Z41kimi_k2_moe_fused_gate_kernel_small_tokenPfS_S_Pillbdb", "sglang",
+		  "*kimi_k2_moe_fused_gate_kernel*" },
+		{ "_Z17topkGatingSigmoidI13__nv_bfloat16Li1ELi1ELi4ELi2EEvPKT_PKbPfiPiiiibPKf", "sglang",
+		  "*topkGatingSigmoid*" },
 		{ "_ZN2at6native6sbtopk10gatherTopKIfjLi2ELb0EEEvNS_4cuda6detail10TensorInfoIKT_T0_EES8_S8_bS8_S8_NS5_IS6_S8_EES8_NS5_IlS8_EES8_PS6_",
 		  "torch", "*6sbtopk10gatherTopK*" },
 		{ "_ZN2at6native6mbtopk10gatherTopKIfjNS_4cuda6detail7BitwiseIfE4typeELi2EEEvNS3_10TensorInfoIKT_T0_EES9_S9_bjS9_NS6_IS7_S9_EES9_NS6_IlS9_EES9_jjPS7_PjSD_SC_",
@@ -625,7 +660,7 @@ static void test_load_file(void)
 	CU_ASSERT_STRING_EQUAL(err, "/: not a regular file");
 
 	CU_ASSERT_EQUAL(profile_load("vllm", &p, err, sizeof err), 0);
-	CU_ASSERT_EQUAL(p.count, 9);
+	CU_ASSERT_EQUAL(p.count, 21);
 	profile_free(&p);
 	CU_ASSERT_EQUAL(profile_load("vlm", &p, err, sizeof err), -1);
 	CU_ASSERT_STRING_EQUAL(err, "unknown profile 'vlm' (built-in: auto, vllm, sglang, torch, llamacpp; "
@@ -1211,23 +1246,23 @@ static void test_fits(void)
 	fits("routing x ids=p4:i32 rows=p3 k=p9", topk, 9,
 	     "k: p9: the kernel has 9 parameters");
 	fits("routing x ids=p3:i32 rows=p4 k=p6", topk, 9,
-	     "ids=p3: a pointer is 8 bytes, the parameter 4");
+	     "ids: p3: a pointer is 8 bytes, the parameter 4");
 	fits("routing x ids=p4:i32 rows=p3:i64 k=p6", topk, 9,
 	     "rows: p3 read as 8 bytes, the parameter is 4");
 	fits("routing x ids=p4 rows=p3 k=p6 stride=p1*2", topk, 9, NULL);
-	fits("routing x ids=p12 rows=p3 k=p6", topk, 9, "ids=p12: the kernel has 9 parameters");
+	fits("routing x ids=p12 rows=p3 k=p6", topk, 9, "ids: p12: the kernel has 9 parameters");
 	fits("routing x ids=p8@0:i64 rows=p4 k=p2 experts=p1 when=p1<=1024 when=p9==1", gather,
 	     10, NULL);
 	fits("routing x ids=p8@412:i64 rows=p4 k=p2", gather, 10,
-	     "ids=p8@412: a pointer at byte 412 passes the end of the 416-byte parameter");
+	     "ids: p8@412: 8 bytes at byte 412 pass the end of the 416-byte parameter");
 	fits("routing x ids=p8 rows=p4 k=p2", gather, 10,
-	     "ids=p8: a pointer is 8 bytes, the parameter 416");
+	     "ids: p8: a pointer is 8 bytes, the parameter 416");
 	fits("routing x ids=p8@0 rows=p4 k=p2 when=p0@412:i64==1", gather, 10,
 	     "when: p0@412: 8 bytes at byte 412 pass the end of the 416-byte parameter");
 	fits("routing x ids=p8@0 rows=p0 k=p2", gather, 10, "rows: p0 is 416 bytes, not an integer");
 	fits("kv x slots=p4:i64 count=grid.x block=p9 pool=p2,p3", kv, 10, NULL);
 	fits("kv x slots=p4:i64 count=grid.x block=p9 pool=p2,p5", kv, 10,
-	     "pool=p5: a pointer is 8 bytes, the parameter 4");
+	     "pool: p5: a pointer is 8 bytes, the parameter 4");
 	fits("step x when=p0==0", kv, 10, NULL);
 	fits("step x when=p20==0", kv, 10, "when: p20: the kernel has 10 parameters");
 }

@@ -5,7 +5,8 @@
  *
  *   probe run    allocations of every kind, a routing kernel launched
  *                through each launch path (runtime, <<<>>>'s entry point,
- *                ExC, Triton's dlsym'd cuLaunchKernelEx, a cuGetProcAddress
+ *                ExC, a cooperative launch, Triton's dlsym'd cuLaunchKernelEx,
+ *                a dlsym'd cuLaunchCooperativeKernel, a cuGetProcAddress
  *                per-thread-stream cuLaunchKernel), a graph captured and
  *                replayed; prints results that must not depend on moeft
  *   probe check  under the preload: dlsym and cuGetProcAddress answer with
@@ -163,6 +164,8 @@ static void **topk_args(struct topk *t, int *ids, int n)
 static int run(void)
 {
 	CUresult (*launch_ex)(const CUlaunchConfig *, CUfunction, void **, void **);
+	CUresult (*launch_coop)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+				unsigned, unsigned, CUstream, void **);
 	CUresult (*launch_ptsz)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
 				unsigned, unsigned, CUstream, void **, void **);
 	CUresult (*mem_alloc)(CUdeviceptr *, size_t), (*mem_free)(CUdeviceptr);
@@ -215,6 +218,7 @@ static int run(void)
 	rt_cfg.blockDim = block;
 	rt_cfg.stream = s;
 	CHECK(cudaLaunchKernelExC(&rt_cfg, TOPK_FN, topk_args(&t, ids, n++)));
+	CHECK(cudaLaunchCooperativeKernel(TOPK_FN, grid, block, topk_args(&t, ids, n++), 0, s));
 
 	/* ... and the driver's: Triton's dlsym, cudart's cuGetProcAddress. */
 	open_driver();
@@ -227,6 +231,8 @@ static int run(void)
 	cu_cfg.blockDimY = cu_cfg.blockDimZ = 1;
 	cu_cfg.hStream = (CUstream)s;
 	CHECK(launch_ex(&cu_cfg, f, topk_args(&t, ids, n++), NULL));
+	SYM(launch_coop, "cuLaunchCooperativeKernel");
+	CHECK(launch_coop(f, ROWS, 1, 1, 32, 1, 1, 0, (CUstream)s, topk_args(&t, ids, n++)));
 	memcpy(&launch_ptsz, &(void *){ proc("cuLaunchKernel", CUDA_VERSION,
 					     CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) },
 	       sizeof launch_ptsz);
@@ -336,6 +342,7 @@ static int check(void)
 	EXPECT(ours(dlsym(libcuda, "cuLaunchKernelEx")));
 	EXPECT(dlsym(libcuda, "cuLaunchKernelEx") == dlsym(RTLD_DEFAULT, "cuLaunchKernelEx"));
 	EXPECT(ours(dlsym(libcuda, "cuMemAlloc_v2")));
+	EXPECT(ours(dlsym(libcuda, "cuLaunchCooperativeKernel")));
 	EXPECT(ours(getproc_addr));
 	EXPECT(ours(dlsym(libcuda, "cuGetProcAddress")));
 	/* Symbols we do not hook are the driver's own; misses stay misses. */
@@ -347,6 +354,9 @@ static int check(void)
 	EXPECT(proc("cuLaunchKernel", CUDA_VERSION, 0) == dlsym(RTLD_DEFAULT, "cuLaunchKernel"));
 	EXPECT(proc("cuLaunchKernel", CUDA_VERSION, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ==
 	       dlsym(RTLD_DEFAULT, "cuLaunchKernel_ptsz"));
+	EXPECT(proc("cuLaunchCooperativeKernel", CUDA_VERSION,
+		    CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ==
+	       dlsym(RTLD_DEFAULT, "cuLaunchCooperativeKernel_ptsz"));
 	EXPECT(proc("cuMemAlloc", CUDA_VERSION, 0) == dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"));
 	EXPECT(proc("cuMemAlloc", 3000, 0) == NULL);            /* the 32-bit one */
 	EXPECT(proc("cuMemAllocAsync", CUDA_VERSION, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ==

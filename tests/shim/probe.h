@@ -8,9 +8,11 @@
 /* probe run */
 #define PROBE_ALLOCS 6          /* cudaMalloc x2, cuMemAlloc_v2 (proc address),
 				   cudaMallocAsync, cudaMallocManaged, cuMemMap */
-#define PROBE_ROUTING_LAUNCHES 7 /* cudaLaunchKernel x2, __cudaLaunchKernel,
-				   cudaLaunchKernelExC, cuLaunchKernelEx (dlsym),
-				   cuLaunchKernel_ptsz (proc address), one captured */
+#define PROBE_ROUTING_LAUNCHES 9 /* cudaLaunchKernel x2, __cudaLaunchKernel,
+				   cudaLaunchKernelExC, cudaLaunchCooperativeKernel,
+				   cuLaunchKernelEx (dlsym), cuLaunchCooperativeKernel
+				   (dlsym), cuLaunchKernel_ptsz (proc address), one
+				   captured */
 #define PROBE_OTHER_LAUNCHES 3  /* a kernel no rule owns: x2, one captured */
 #define PROBE_GRAPH_LAUNCHES 2
 #define PROBE_KERNELS 3         /* routing kernel's host stub and its handle

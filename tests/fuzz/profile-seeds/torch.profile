@@ -1,0 +1,6 @@
+profile torch
+# Routing: PyTorch at::native::sbtopk::gatherTopK: ids = first 8 bytes of
+# TensorInfo [8] (int64), slices [4] x k [2], slice size [1] = experts
+routing *6sbtopk10gatherTopK* ids=p8@0:i64 rows=p4 k=p2 experts=p1 when=p1<=1024 when=p9==1
+# Routing: PyTorch row, mbtopk:: (multi-block, large slices): same positions
+routing *6mbtopk10gatherTopK* ids=p8@0:i64 rows=p4 k=p2 experts=p1 when=p1<=1024 when=p9==1
