@@ -71,10 +71,11 @@ crash otherwise" \
 \([0-9]*\) of them cached;$"
 	sent=$(sed -n "s/$pattern/\1 \2/p" "$dir/report")
 	[ -n "$sent" ] || fail "no line of the requests sent on"
-	set -- $sent
-	[ "$(($1 - $2))" = 4 ] || fail "$1 sent again, $2 cached: want all but one token a request"
-	grep -qx "RECOMPUTE: the restarted server computed 4 of the $1 tokens sent again;" \
-		"$dir/report" || fail "no RECOMPUTE line of 4 of $1"
+	resent=${sent% *} cached=${sent#* }
+	[ "$((resent - cached))" = 4 ] ||
+		fail "$resent sent again, $cached cached: want all but one token a request"
+	grep -qx "RECOMPUTE: the restarted server computed 4 of the $resent tokens sent again;" \
+		"$dir/report" || fail "no RECOMPUTE line of 4 of $resent"
 	# 4 uninterrupted, 4 killed, 4 sent again: no request twice
 	n=$(grep -c '"prompt"' "$dir/requests.log")
 	[ "$n" = 12 ] || fail "the server got $n requests, want 12"
@@ -162,8 +163,9 @@ interrupt)
 	run=$(pgrep -P "$pid" | head -n 1)
 	wal=$(tr '\0' '\n' <"/proc/$run/cmdline" | sed -n '/^--wal$/{n;p}')
 	server=$(pgrep -f "python3 $FAKE_STREAM [0-9]* $dir/requests.log")
-	[ -n "$run" ] && [ -n "$server" ] && [ -d "$wal" ] ||
+	if [ -z "$run" ] || [ -z "$server" ] || [ ! -d "$wal" ]; then
 		fail "moeft run '$run', its server '$server', its logs '$wal'"
+	fi
 	kill -TERM "$pid"
 	wait "$pid"
 	rc=$?
