@@ -585,8 +585,11 @@ static int stream(struct vdemo *d, struct pass *p, int crash)
 			curl_multi_poll(multi, NULL, 0, POLL_MS, NULL);
 	}
 	p->seconds = cli_now() - t0;
-	for (unsigned i = 0; i < d->clients; i++)
+	for (unsigned i = 0; i < d->clients; i++) {	/* their connections closed */
 		curl_multi_remove_handle(multi, p->c[i].easy);
+		curl_easy_cleanup(p->c[i].easy);
+		p->c[i].easy = NULL;
+	}
 out:
 	curl_multi_cleanup(multi);
 	curl_slist_free_all(headers);

@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <sys/signalfd.h>
 
 #include <curl/curl.h>
@@ -52,6 +53,9 @@
 #define TICK_MS 100		/* the loop's wake-up while a request waits */
 #define IDLE_MS 1000
 #define STOP_S 2.0		/* at SIGTERM: to tell the clients, then close */
+#define OUT_MAX (1u << 20)	/* bytes a streaming client has not taken yet:
+				   above, the server's transfer is paused */
+#define LEFT_EVERY_S 1.0	/* a parked client is asked whether it left */
 #define EVENT_MAX (16u << 20)	/* bytes of one event from the server */
 #define COMPLETION_MAX_TOKENS 16	/* OpenAI's default for /v1/completions */
 #define WAITING_LINE ": moeft: the server is restarting\n\n"
@@ -63,6 +67,7 @@ struct gateway {
 	uint64_t max_body, migrations;
 	double wait_s;
 	unsigned long migrated;
+	double next_left_check;
 	/* the loop */
 	struct MHD_Daemon *mhd;
 	CURLM *multi;
@@ -116,6 +121,7 @@ struct flight {
 	long status;
 	int over;		/* it ended */
 	CURL *probe;		/* while WAITING: the server's /health asked */
+	int paused;		/* the transfer waits for the client to read */
 	struct http_buf out;	/* for the client, not yet taken */
 };
 
@@ -166,7 +172,9 @@ static int ready(const struct flight *f)
 		return f->out.len || f->phase == FINISHED;
 	if (f->kind == GET)
 		return f->over;
-	return f->phase == FINISHED || (f->stream && f->status == 200);
+	/* A stream starts when the server answers 200, or waits for it to
+	 * come back: the client then gets SSE comment lines meanwhile. */
+	return f->phase == FINISHED || (f->stream && (f->status == 200 || f->phase == WAITING));
 }
 
 /* Park the client's connection until it is ready(). */
@@ -367,6 +375,10 @@ static size_t from_server(char *p, size_t size, size_t n, void *arg)
 		curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &f->status);
 	if (f->status != 200)
 		return http_buf_add(&f->raw, p, len) < 0 || f->raw.len > HTTP_REPLY_MAX ? 0 : len;
+	if (f->out.len > OUT_MAX) {	/* a client that does not read: wait for it */
+		f->paused = 1;
+		return CURL_WRITEFUNC_PAUSE;
+	}
 	if (http_buf_add(&f->in, p, len) < 0 || f->in.len > EVENT_MAX)
 		return 0;
 	http_sse_take(&f->in, on_event, f);
@@ -607,6 +619,10 @@ static ssize_t stream_out(void *arg, uint64_t pos, char *to, size_t max)
 	n = f->out.len < max ? f->out.len : max;
 	memcpy(to, f->out.p, n);
 	http_buf_drop(&f->out, n);
+	if (f->paused && f->out.len <= OUT_MAX / 2 && f->easy) {
+		f->paused = 0;
+		curl_easy_pause(f->easy, CURLPAUSE_CONT);	/* may add to out at once */
+	}
 	return (ssize_t)n;
 }
 
@@ -809,7 +825,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		get = !strcmp(method, "GET") && (!strcmp(url, "/health") ||
 						 !strcmp(url, "/v1/models"));
 		f->chat = !strcmp(url, "/v1/chat/completions");
-		if (get) {
+		if (get && gw->stop_by) {
+			return reply_error(c, 503, "the gateway is stopping");
+		} else if (get) {
 			if (begin_get(f, url) < 0)
 				return reply_error(c, 500, "out of memory");
 		} else if (!f->chat && strcmp(url, "/v1/completions")) {
@@ -855,10 +873,14 @@ static int on_curl_socket(CURL *e, curl_socket_t s, int what, void *arg, void *k
 		return 0;
 	}
 	ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0) | (what & CURL_POLL_OUT ? EPOLLOUT : 0);
-	if (known)
-		return epoll_ctl(gw->ep, EPOLL_CTL_MOD, s, &ev);
-	curl_multi_assign(gw->multi, s, gw);	/* non-NULL: known from now on */
-	return epoll_ctl(gw->ep, EPOLL_CTL_ADD, s, &ev);
+	if (!known)
+		curl_multi_assign(gw->multi, s, gw);	/* non-NULL: known from now on */
+	/* An error here would fail every transfer of the multi handle: this
+	 * one's times out instead, with a line. */
+	if (epoll_ctl(gw->ep, known ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, s, &ev) < 0)
+		fprintf(stderr, "moeft gateway: epoll_ctl of a server connection: %s\n",
+			strerror(errno));
+	return 0;
 }
 
 static int on_curl_timer(CURLM *m, long ms, void *arg)
@@ -905,6 +927,41 @@ static void stop(struct gateway *gw)
 	}
 }
 
+/* Whether the client of a parked connection has gone: its socket reads
+ * end-of-file or fails (libmicrohttpd does not watch parked ones). */
+static int client_left(const struct flight *f)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(f->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	ssize_t r;
+	char b;
+
+	if (!ci)
+		return 0;
+	r = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* Every LEFT_EVERY_S, the parked clients that left: their requests end
+ * and the server's transfers are cancelled; resumed, their connections
+ * are closed by libmicrohttpd. */
+static void end_left(struct gateway *gw, double now)
+{
+	if (now < gw->next_left_check)
+		return;
+	gw->next_left_check = now + LEFT_EVERY_S;
+	for (struct flight *f = gw->flights; f; f = f->next) {
+		if (!f->suspended || f->phase == FINISHED || !client_left(f))
+			continue;
+		transfer_end(f);
+		easy_end(f, &f->probe);
+		f->over = 1;
+		snprintf(f->error, sizeof f->error, "the client went away");
+		f->phase = FINISHED;
+		wake_if_ready(f);
+	}
+}
+
 /* How long the loop may sleep: to libcurl's and libmicrohttpd's next
  * timeouts, and a tick while a request waits. */
 static int sleep_ms(struct gateway *gw, double now)
@@ -912,11 +969,14 @@ static int sleep_ms(struct gateway *gw, double now)
 	MHD_UNSIGNED_LONG_LONG mhd_ms;
 	double ms = IDLE_MS;
 
-	for (struct flight *f = gw->flights; f; f = f->next)
+	for (struct flight *f = gw->flights; f; f = f->next) {
 		if (f->phase == WAITING) {
 			ms = TICK_MS;
 			break;
 		}
+		if (f->suspended && (gw->next_left_check - now) * 1e3 < ms)
+			ms = (gw->next_left_check - now) * 1e3;
+	}
 	if (gw->curl_due >= 0 && (gw->curl_due - now) * 1e3 < ms)
 		ms = (gw->curl_due - now) * 1e3;
 	if (MHD_get_timeout(gw->mhd, &mhd_ms) == MHD_YES && (double)mhd_ms < ms)
@@ -961,6 +1021,7 @@ static void serve(struct gateway *gw)
 		for (struct flight *f = gw->flights; f; f = f->next)
 			if (f->phase == WAITING)
 				tick(f, now);
+		end_left(gw, now);
 		MHD_run(gw->mhd);
 		if (gw->stop_by && (!gw->flights || now >= gw->stop_by))
 			return;
@@ -1092,6 +1153,13 @@ static int gateway_main(const struct cli_command *cmd, int argc, char **argv)
 			"%lu\n", gw.migrated);
 		ret = EXIT_OK;
 	}
+	/* libmicrohttpd may not stop with a connection parked (a client
+	 * still sending its request at the deadline, say) */
+	for (struct flight *f = gw.flights; f; f = f->next)
+		if (f->suspended) {
+			f->suspended = 0;
+			MHD_resume_connection(f->conn);
+		}
 	MHD_stop_daemon(gw.mhd);	/* frees the flights left */
 	if (gw.multi)
 		curl_multi_cleanup(gw.multi);

@@ -166,8 +166,71 @@ for _ in $(seq 100); do
 done
 grep -q '^cancelled$' "$dir/log" || fail "a client left, its request was not cancelled"
 
+# A streaming client that comes while the server is down: its stream
+# starts at once (status 200), SSE comments hold it, and once the server
+# is back it gets the text it would have got.
+python3 "$client" "$g" 1 20 stream >"$dir/want.down" || fail "the client failed"
+kill "$fake_pid"
+wait "$fake_pid" 2>/dev/null
+python3 "$client" "$g" 1 20 stream >"$dir/got.down" &
+c1=$!
+# ... and one that leaves while it waits: its request is never sent again.
+python3 - "$g" >"$dir/left" <<'PY' &
+import http.client, json, sys, time
+from urllib.parse import urlparse
+u = urlparse(sys.argv[1])
+c = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+c.request("POST", "/v1/completions", json.dumps({"prompt": "leaving", "max_tokens": 20,
+          "stream": True}), {"Content-Type": "application/json"})
+print(c.getresponse().status)
+time.sleep(1)
+c.close()
+PY
+c2=$!
+sleep 3	# back before the next comment line: only the watch on parked clients sees it leave
+: >"$dir/log"
+start_fake
+wait $c1 || fail "the client that came while the server was down failed"
+wait $c2
+[ "$(cat "$dir/left")" = 200 ] || fail "a client that waits for the server: status $(cat "$dir/left")"
+cmp -s <(strip "$dir/want.down") <(strip "$dir/got.down") ||
+	fail "a client that came while the server was down: $(cat "$dir/got.down"), want $(cat "$dir/want.down")"
+grep -q '"comments": [1-9]' "$dir/got.down" ||
+	fail "a client that came while the server was down got no SSE comment: $(cat "$dir/got.down")"
+sleep 1
+grep -q 'leaving' "$dir/log" && fail "a client left while it waited, its request was sent again"
+
+# SIGTERM with a client waiting for a server that is down and another
+# still sending its request: the waiting one is told, a GET after the
+# signal gets 503, and the gateway exits 0 within its 2 s.
+kill "$fake_pid"
+wait "$fake_pid" 2>/dev/null
+python3 "$client" "$g" 1 20 stream >"$dir/stopped" &
+c1=$!
+python3 - "$gport" <<'PY' &
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+time.sleep(5)
+PY
+c2=$!
+sleep 1
+kill -TERM "$gw"
+t0=$(date +%s%N)
+[ "$(status_of GET /health)" = 503 ] || fail "a GET while the gateway stops: not 503"
+wait "$gw"
+rc=$?
+t=$((($(date +%s%N) - t0) / 1000000))
+[ $rc = 0 ] || fail "SIGTERM with parked clients: the gateway exited $rc: $(tail -3 "$dir/gw.err")"
+[ $t -lt 3000 ] || fail "SIGTERM with parked clients: the gateway took $t ms"
+wait $c1
+grep -q '"message": "the gateway is stopping"' "$dir/stopped" ||
+	fail "the waiting client was not told the gateway stops: $(cat "$dir/stopped")"
+kill $c2 2>/dev/null
+start_fake
+
 # The server dies for good: each client gets an error event within --wait.
-kill "$gw"
+kill "$gw" 2>/dev/null
 wait "$gw" 2>/dev/null
 "$moeft" gateway --listen "127.0.0.1:$gport" --backend "http://127.0.0.1:$port" --wait 2 \
 	2>"$dir/gw2.err" &
