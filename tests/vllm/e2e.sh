@@ -49,7 +49,7 @@
 # "vllm e2e: N passed, N failed"; the exit status is 0 when none failed.
 #
 # Environment: MOEFT_E2E_PHASES (default "a b c d e f g"; b needs a, c-e need
-# b), MOEFT_E2E_MAX_TOKENS (1000), MOEFT_E2E_AFTER (120), MOEFT_E2E_GMAX (850), MOEFT_E2E_MODEL
+# b), MOEFT_E2E_MAX_TOKENS (1900), MOEFT_E2E_AFTER (120), MOEFT_E2E_GMAX (1700), MOEFT_E2E_MODEL
 # (the model's directory, made or reused: ~/.cache/moeft/tiny-moe),
 # MOEFT_E2E_KEEP=1 (keep the work directories; they are kept anyway when a
 # check fails), MOEFT_E2E_KV_CONFIG (the --kv-transfer-config JSON, to try
@@ -61,13 +61,16 @@ root=$PWD
 
 build=${1:-${MOEFT_E2E_BUILD:-build}}
 phases=" ${MOEFT_E2E_PHASES:-a b c d e f g} "
-max_tokens=${MOEFT_E2E_MAX_TOKENS:-1000}
+# Long enough that a kill aimed by what the clients saw lands mid-decode
+# even when a client sees its tokens seconds after the server made them
+# (seen on 2 cores: a step every 5 ms, one client 4 s behind the others).
+max_tokens=${MOEFT_E2E_MAX_TOKENS:-1900}
 after=${MOEFT_E2E_AFTER:-120}
-gmax=${MOEFT_E2E_GMAX:-850}
+gmax=${MOEFT_E2E_GMAX:-1700}
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/moeft
 model=${MOEFT_E2E_MODEL:-$cache/tiny-moe}
 kv_config=${MOEFT_E2E_KV_CONFIG:-'{"kv_connector":"MoeftConnector","kv_connector_module_path":"moeft.vllm","kv_role":"kv_both"}'}
-blocks=256        # --num-gpu-blocks-override: a 16 MiB KV cache
+blocks=512        # --num-gpu-blocks-override: a 32 MiB KV cache (8 x 1811 tokens)
 block_size=32
 keep=${MOEFT_E2E_KEEP:-0}
 # The preload warns about every MOEFT_ variable it does not know: the
