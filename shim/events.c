@@ -18,6 +18,21 @@ atomic_int shim_state;
 atomic_int shim_watch;
 struct kid_cache *shim_kids;
 
+/* Whether either runtime we wrap is loaded (by soname, however opened). */
+static int runtime_loaded(void)
+{
+	const char *const names[] = { SHIM_CUDART_SONAME, SHIM_CUDART12_SONAME };
+	unsigned i;
+	void *h;
+
+	for (i = 0; i < sizeof names / sizeof names[0]; i++)
+		if ((h = dlopen(names[i], RTLD_NOLOAD | RTLD_LAZY))) {
+			dlclose(h);
+			return 1;
+		}
+	return 0;
+}
+
 static void start_once(void)
 {
 	int on = 0;
@@ -31,6 +46,13 @@ static void start_once(void)
 		kid_destroy(shim_kids);
 		shim_kids = NULL;
 	}
+	/* The first CUDA call with neither runtime loaded: a runtime linked
+	 * in statically calls the driver, which we wrap, and nothing else. */
+	if (on && !runtime_loaded())
+		shim_log(SHIM_LOG_WARN, "CUDA is in use with no %s or %s loaded: a CUDA runtime "
+			 "linked statically into the program is seen only through the driver "
+			 "(its allocations and launches, not its runtime calls)",
+			 SHIM_CUDART_SONAME, SHIM_CUDART12_SONAME);
 	atomic_store_explicit(&shim_state, on ? SHIM_ON : SHIM_OFF, memory_order_release);
 }
 

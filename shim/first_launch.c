@@ -12,23 +12,23 @@
 /* The runtime keeps a per-thread "last error" that the application reads
  * (PyTorch checks cudaGetLastError after every launch): a failure of ours
  * must not show up there. */
-static int func_by_symbol(const void *symbol, CUfunction *f)
+static int func_by_symbol(int rt12, const void *symbol, CUfunction *f)
 {
 	cudaError_t (*by_symbol)(cudaFunction_t *, const void *);
 	cudaError_t (*last)(void);
-	void *p = shim_real(SHIM_cudaGetFuncBySymbol);
+	void *p = shim_real(rt12 ? SHIM_cudaGetFuncBySymbol_rt12 : SHIM_cudaGetFuncBySymbol);
 	int clean = 0;
 
 	if (!p)
 		return -1;
 	memcpy(&by_symbol, &p, sizeof by_symbol);
-	if ((p = shim_real(SHIM_cudaPeekAtLastError))) {
+	if ((p = shim_real(rt12 ? SHIM_cudaPeekAtLastError_rt12 : SHIM_cudaPeekAtLastError))) {
 		memcpy(&last, &p, sizeof last);
 		clean = last() == cudaSuccess;
 	}
 	if (by_symbol(f, symbol) == cudaSuccess)
 		return 0;
-	if (clean && (p = shim_real(SHIM_cudaGetLastError))) {
+	if (clean && (p = shim_real(rt12 ? SHIM_cudaGetLastError_rt12 : SHIM_cudaGetLastError))) {
 		memcpy(&last, &p, sizeof last);
 		last();
 	}
@@ -72,7 +72,7 @@ static int name_and_params(const void *h, int is_kernel, struct kid_desc *d)
 	return 0;
 }
 
-static int identify(int kind, const void *func, struct kid_desc *d)
+static int identify(int kind, int rt12, const void *func, struct kid_desc *d)
 {
 	CUfunction f;
 
@@ -80,7 +80,7 @@ static int identify(int kind, const void *func, struct kid_desc *d)
 		return name_and_params(func, 1, d);
 	if (kind == SHIM_FUNC_DRIVER)
 		return name_and_params(func, 0, d);
-	if (func_by_symbol(func, &f) < 0)
+	if (func_by_symbol(rt12, func, &f) < 0)
 		return -1;
 	return name_and_params(f, 0, d);
 }
@@ -90,7 +90,7 @@ static int identify(int kind, const void *func, struct kid_desc *d)
  * threads never race to insert the same one (first launches are rare:
  * once per kernel).
  */
-int shim_first_launch(int kind, const void *func, struct kid_match **m)
+int shim_first_launch(int kind, int rt12, const void *func, struct kid_match **m)
 {
 	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 	static atomic_bool full, match_full_said;
@@ -104,7 +104,7 @@ int shim_first_launch(int kind, const void *func, struct kid_match **m)
 		goto out;
 	memset(&d, 0, sizeof d);
 	d.rule = -1;
-	if (identify(kind, func, &d) == 0 && d.name)
+	if (identify(kind, rt12, func, &d) == 0 && d.name)
 		d.rule = shim_events_above.claim(d.name, d.sizes, d.nparams, d.params_known);
 	r = kid_insert(shim_kids, func, &d, m);
 	if (r == KID_FULL && d.rule >= 0) {

@@ -33,17 +33,34 @@
 extern cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
 				      void **args, size_t sharedMem, cudaStream_t stream);
 
-/* The version the runtime wrappers are exported with: that of the
- * libcudart whose ABI they implement, so a libcudart.so.12 in the same
- * process keeps its own callers (symbol versions keep them apart). */
+/*
+ * The runtimes we stand in front of.  Each runtime wrapper is exported
+ * twice, under each runtime's version node (its soname), and forwards to
+ * that runtime: a caller bound to libcudart.so.12 reaches our 12 twin and
+ * through it libcudart.so.12, in the same process as callers of 13.  The
+ * hooked entry points have the same ABI in both.  An unversioned caller
+ * gets 13's (the default version).
+ */
 #define SHIM_CUDART_SONAME "libcudart.so.13"
+#define SHIM_CUDART12_SONAME "libcudart.so.12"
 #define SHIM_CUDA_SONAME "libcuda.so.1"
 
+/* Ids: every entry of hooks.def, then the 12 twin of every runtime one
+ * (SHIM_cudaMalloc_rt12). */
 enum shim_id {
 #define RT(name, decl, kind, params, args) SHIM_##name,
 #define DRV(name, query, version, flavor, kind, params, args) SHIM_##name,
 #define RT_USE(name, params) SHIM_##name,
 #define DRV_USE(name, params) SHIM_##name,
+#include "hooks.def"
+#undef RT
+#undef DRV
+#undef RT_USE
+#undef DRV_USE
+#define RT(name, decl, kind, params, args) SHIM_##name##_rt12,
+#define DRV(name, query, version, flavor, kind, params, args)
+#define RT_USE(name, params) SHIM_##name##_rt12,
+#define DRV_USE(name, params)
 #include "hooks.def"
 #undef RT
 #undef DRV
@@ -59,6 +76,7 @@ enum shim_phase { SHIM_PRE = 1, SHIM_POST = 2 };
 struct shim_call {
 	int phase;             /* before or after the real call */
 	int status;            /* SHIM_POST: what the real call returned */
+	int rt12;              /* a caller of libcudart.so.12's entry point */
 	uint64_t fingerprint;  /* SHIM_POST of an ALLOC hook that succeeded */
 };
 
@@ -156,9 +174,10 @@ static inline void shim_count_launch(void)
  * one. */
 void shim_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* A kernel handle's first launch (first_launch.c): name it, ask the layer above
- * whether it claims it, cache the decision.  KID_NONE, or KID_MATCH with
- * *m set. */
-int shim_first_launch(int kind, const void *func, struct kid_match **m);
+/* A kernel handle's first launch (first_launch.c): name it (a host stub
+ * through the runtime it was launched with: rt12 for libcudart.so.12), ask
+ * the layer above whether it claims it, cache the decision.  KID_NONE, or
+ * KID_MATCH with *m set. */
+int shim_first_launch(int kind, int rt12, const void *func, struct kid_match **m);
 
 #endif

@@ -12,7 +12,8 @@
  *
  *   runtime  dlvsym(RTLD_NEXT, name, "libcudart.so.13"), then the same on
  *            dlopen("libcudart.so.13", RTLD_NOLOAD): PyTorch and others
- *            load cudart RTLD_LOCAL, out of RTLD_NEXT's sight;
+ *            load cudart RTLD_LOCAL, out of RTLD_NEXT's sight (the twins
+ *            of hooks.h the same with libcudart.so.12);
  *   driver   dlsym on dlopen("libcuda.so.1", RTLD_NOLOAD), then RTLD_NEXT
  *            (a program linked with -lcuda).
  *
@@ -55,20 +56,30 @@
 
 /* ---- tables -------------------------------------------------------------- */
 
-enum { LIB_RT = 1, LIB_DRV = 2 };
+enum { LIB_RT = 1, LIB_RT12, LIB_DRV };
+
+static const char *const sonames[] = {
+	[LIB_RT] = SHIM_CUDART_SONAME, [LIB_RT12] = SHIM_CUDART12_SONAME,
+	[LIB_DRV] = SHIM_CUDA_SONAME,
+};
 enum { FLAVOR_ANY = 0, FLAVOR_LEGACY = 1, FLAVOR_PTSZ = 2 };
 
 struct sym {
 	const char *name;
 	unsigned char lib;
 	unsigned char exported;
+	unsigned short twin;	/* a runtime entry's libcudart.so.12 twin */
 };
 
 static const struct sym syms[SHIM_COUNT] = {
-#define RT(name, decl, kind, params, args) [SHIM_##name] = { #name, LIB_RT, 1 },
-#define DRV(name, query, version, flavor, kind, params, args) [SHIM_##name] = { #name, LIB_DRV, 1 },
-#define RT_USE(name, params) [SHIM_##name] = { #name, LIB_RT, 0 },
-#define DRV_USE(name, params) [SHIM_##name] = { #name, LIB_DRV, 0 },
+#define RT(name, decl, kind, params, args)						\
+	[SHIM_##name] = { #name, LIB_RT, 1, SHIM_##name##_rt12 },			\
+	[SHIM_##name##_rt12] = { #name, LIB_RT12, 0, 0 },
+#define DRV(name, query, version, flavor, kind, params, args) [SHIM_##name] = { #name, LIB_DRV, 1, 0 },
+#define RT_USE(name, params)								\
+	[SHIM_##name] = { #name, LIB_RT, 0, SHIM_##name##_rt12 },			\
+	[SHIM_##name##_rt12] = { #name, LIB_RT12, 0, 0 },
+#define DRV_USE(name, params) [SHIM_##name] = { #name, LIB_DRV, 0, 0 },
 #include "hooks.def"
 #undef RT
 #undef DRV
@@ -119,10 +130,12 @@ static void *find(unsigned id)
 	const char *name = syms[id].name;
 	void *p;
 
-	if (syms[id].lib == LIB_RT) {
-		p = dlvsym(RTLD_NEXT, name, SHIM_CUDART_SONAME);
+	if (syms[id].lib != LIB_DRV) {
+		const char *rt = sonames[syms[id].lib];
+
+		p = dlvsym(RTLD_NEXT, name, rt);
 		if (!p)
-			p = in_loaded(SHIM_CUDART_SONAME, name, SHIM_CUDART_SONAME);
+			p = in_loaded(rt, name, rt);
 	} else {
 		p = in_loaded(SHIM_CUDA_SONAME, name, NULL);
 		if (!p)
@@ -164,7 +177,7 @@ void *shim_resolve(unsigned id)
 
 	if (!p && !atomic_exchange_explicit(&missing_said[id], 1, memory_order_relaxed))
 		shim_log(SHIM_LOG_ERROR, "cannot find the real %s in %s; calls to it fail", syms[id].name,
-		       syms[id].lib == LIB_RT ? SHIM_CUDART_SONAME : SHIM_CUDA_SONAME);
+		       sonames[syms[id].lib]);
 	return p;
 }
 
@@ -172,8 +185,9 @@ void *shim_resolve(unsigned id)
  * The driver is one library per process: whatever a lookup finds for a
  * driver symbol is the real one (cuGetProcAddress may return another
  * address than the export for the same entry point; both are the driver's).
- * A process may hold several runtimes (a libcudart.so.12 beside ours, or a
- * private copy): only the one our wrapper forwards to may be wrapped.
+ * A process may hold several runtimes (libcudart.so.12 beside 13, or a
+ * private copy): only one that a wrapper of ours forwards to may be wrapped,
+ * by that wrapper.
  * A handle whose scope includes libmoeft.so finds our wrapper itself.
  */
 static void *adopt(unsigned id, void *p, void *mine)
@@ -189,10 +203,17 @@ static void *adopt(unsigned id, void *p, void *mine)
 
 void *shim_dlsym(unsigned id, void *handle)
 {
-	/* Our own lookups first: the caller's must be the last to set dlerror. */
-	void *mine = syms[id].lib == LIB_RT ? known(id) : NULL;
+	void *mine = NULL, *mine12 = NULL, *p;
 
-	return adopt(id, shim_real_dlsym(handle, syms[id].name), mine);
+	/* Our own lookups first: the caller's must be the last to set dlerror. */
+	if (syms[id].lib == LIB_RT) {
+		mine = known(id);
+		mine12 = known(syms[id].twin);
+	}
+	p = shim_real_dlsym(handle, syms[id].name);
+	if (p && p == mine12)
+		return shim_wrapper(syms[id].twin);
+	return adopt(id, p, mine);
 }
 
 int shim_export_id(const char *name)

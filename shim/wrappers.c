@@ -66,7 +66,7 @@ static inline void launched(const struct shim_call *c, int kind, const void *fun
 		shim_count_launch();
 		d = kid_lookup(shim_kids, func, &m);
 		if (d == KID_UNKNOWN && func)
-			d = shim_first_launch(kind, func, &m);
+			d = shim_first_launch(kind, c->rt12, func, &m);
 		if (d == KID_MATCH || atomic_load_explicit(&shim_watch, memory_order_relaxed))
 			launch_rest(d == KID_MATCH ? m : NULL, kind, func, gx, gy, gz, bx, by, bz,
 				    args, stream);
@@ -400,11 +400,11 @@ static void ev_cuGetProcAddress_v2(const struct shim_call *c, const char *symbol
  * The callsite event, called from the wrapper itself with skip 1, starts
  * at the application's call to us.
  */
-#define SHIM_WRAPPER(ret, fail, fn, id, ev, sym, kind, evcall, params, args)		\
+#define SHIM_WRAPPER(ret, fail, fn, id, rt12, ev, sym, kind, evcall, params, args)	\
 	ret fn params __asm__(sym) SHIM_EXPORT;						\
 	ret fn params									\
 	{										\
-		struct shim_call c = { SHIM_PRE, 0, 0 };				\
+		struct shim_call c = { SHIM_PRE, 0, rt12, 0 };				\
 		void *p = shim_real(id);						\
 		ret (*real) params;							\
 		ret r;									\
@@ -428,11 +428,23 @@ static void ev_cuGetProcAddress_v2(const struct shim_call *c, const char *symbol
 		return r;								\
 	}
 
+/*
+ * A runtime entry point twice, one wrapper per runtime (hooks.h): each
+ * defined under a name of ours that the version script keeps local, and
+ * exported by .symver as name@@libcudart.so.13 (the default) and
+ * name@libcudart.so.12.
+ */
 #define RT(name, decl, kind, params, args)						\
 	SHIM_WRAPPER(cudaError_t, cudaErrorInitializationError, moeft_##name, SHIM_##name, \
-		     ev_##name, #name, SHIM_##kind, SHIM_EV_##kind, params, args)
+		     0, ev_##name, "moeft_rt13_" #name, SHIM_##kind, SHIM_EV_##kind, params, \
+		     args)								\
+	__asm__(".symver moeft_rt13_" #name ", " #name "@@" SHIM_CUDART_SONAME);	\
+	SHIM_WRAPPER(cudaError_t, cudaErrorInitializationError, moeft12_##name,		\
+		     SHIM_##name##_rt12, 1, ev_##name, "moeft_rt12_" #name, SHIM_##kind,	\
+		     SHIM_EV_##kind, params, args)					\
+	__asm__(".symver moeft_rt12_" #name ", " #name "@" SHIM_CUDART12_SONAME);
 #define DRV(name, query, version, flavor, kind, params, args)				\
-	SHIM_WRAPPER(CUresult, CUDA_ERROR_NOT_INITIALIZED, moeft_##name, SHIM_##name,	\
+	SHIM_WRAPPER(CUresult, CUDA_ERROR_NOT_INITIALIZED, moeft_##name, SHIM_##name, 0,	\
 		     ev_##name, #name, SHIM_##kind, SHIM_EV_##kind, params, args)
 #define RT_USE(name, params)
 #define DRV_USE(name, params)
@@ -441,7 +453,8 @@ static void ev_cuGetProcAddress_v2(const struct shim_call *c, const char *symbol
 #undef DRV
 
 static const shim_fn wrappers[SHIM_COUNT] = {
-#define RT(name, decl, kind, params, args) [SHIM_##name] = (shim_fn)moeft_##name,
+#define RT(name, decl, kind, params, args)						\
+	[SHIM_##name] = (shim_fn)moeft_##name, [SHIM_##name##_rt12] = (shim_fn)moeft12_##name,
 #define DRV(name, query, version, flavor, kind, params, args) [SHIM_##name] = (shim_fn)moeft_##name,
 #include "hooks.def"
 #undef RT

@@ -9,9 +9,15 @@
  *                a dlsym'd cuLaunchCooperativeKernel, a cuGetProcAddress
  *                per-thread-stream cuLaunchKernel), a graph captured and
  *                replayed; prints results that must not depend on moeft
- *   probe check  under the preload: dlsym and cuGetProcAddress answer with
+ *   probe check [CUDART12]
+ *                under the preload: dlsym and cuGetProcAddress answer with
  *                moeft's wrappers exactly where they should, RTLD_NEXT
- *                still means "after the caller", errors pass through
+ *                still means "after the caller", errors pass through; with
+ *                the path of a libcudart.so.12, the same for that runtime
+ *                opened beside the program's own, whose allocations are seen
+ *
+ * Built twice: linked to the fixture's libcudart.so.13 (probe) and to its
+ * libcudart.so.12 (probe12, PROBE_CUDART set to that soname).
  *   probe fork   allocations around a fork() whose child allocates too
  *   probe crash segv|abort|term|term-before|term-after
  *                after a few CUDA calls, print the crashing function's
@@ -333,7 +339,30 @@ static int ours(const void *p)
 	return strcmp(object_of(p), "libmoeft.so") == 0;
 }
 
-static int check(void)
+/* A second runtime, libcudart.so.12 at path, opened privately beside the
+ * program's: its runtime entry points are our 12 twins, which forward to
+ * it, and an allocation through it is an allocation moeft sees. */
+static void check_second_runtime(const char *path, void *cudart)
+{
+	cudaError_t (*alloc)(void **, size_t), (*release)(void *);
+	void *rt12 = dlopen(path, RTLD_NOW | RTLD_LOCAL), *p, *q, *dev = NULL;
+
+	EXPECT(rt12 != NULL);
+	if (!rt12)
+		return;
+	p = dlsym(rt12, "cudaMalloc");
+	q = dlsym(rt12, "cudaFree");
+	EXPECT(ours(p) && ours(q) && p != dlsym(cudart, "cudaMalloc"));
+	EXPECT(strcmp(object_of(dlsym(rt12, "cudaMemcpy")), "libcudart.so.12") == 0);
+	if (!p || !q)
+		return;
+	memcpy(&alloc, &p, sizeof p);
+	memcpy(&release, &q, sizeof q);
+	EXPECT(alloc(&dev, PROBE_RT12_SIZE) == cudaSuccess && dev != NULL);
+	EXPECT(release(dev) == cudaSuccess);
+}
+
+static int check(const char *cudart12)
 {
 	void *cudart, *p;
 
@@ -369,7 +398,7 @@ static int check(void)
 	EXPECT(strcmp(object_of(proc("cuStreamIsCapturing", CUDA_VERSION, 0)), "libcuda.so.1") == 0);
 
 	/* A runtime found by dlsym on its handle is the one we forward to. */
-	cudart = dlopen("libcudart.so.13", RTLD_NOW | RTLD_NOLOAD);
+	cudart = dlopen(PROBE_CUDART, RTLD_NOW | RTLD_NOLOAD);
 	dlerror();
 	EXPECT(cudart && ours(dlsym(cudart, "cudaMalloc")) && dlerror() == NULL);
 	EXPECT(cudart && !ours(dlsym(cudart, "cudaMemcpy")));
@@ -379,7 +408,9 @@ static int check(void)
 	 * it the object after libmoeft.so. */
 	p = dlsym(RTLD_NEXT, "cudaMalloc");
 	EXPECT(ours(p) && p == dlsym(RTLD_DEFAULT, "cudaMalloc"));
-	EXPECT(strcmp(object_of(dlsym(RTLD_NEXT, "cudaMemcpy")), "libcudart.so.13") == 0);
+	EXPECT(strcmp(object_of(dlsym(RTLD_NEXT, "cudaMemcpy")), PROBE_CUDART) == 0);
+	if (cudart12)
+		check_second_runtime(cudart12, cudart);
 	return failures ? 1 : 0;
 }
 
@@ -478,7 +509,7 @@ int main(int argc, char **argv)
 	if (strcmp(mode, "run") == 0)
 		return run();
 	if (strcmp(mode, "check") == 0)
-		return check();
+		return check(argc > 2 ? argv[2] : NULL);
 	if (strcmp(mode, "fork") == 0)
 		return fork_mode();
 	if (strcmp(mode, "crash") == 0 && argc > 2)

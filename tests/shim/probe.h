@@ -20,6 +20,14 @@
 				   the other kernel's stub */
 #define PROBE_MATCHED 2
 
+/* The runtime probe is linked to (probe12: libcudart.so.12). */
+#ifndef PROBE_CUDART
+#define PROBE_CUDART "libcudart.so.13"
+#endif
+
+/* probe check CUDART12: the size it allocates through that runtime */
+#define PROBE_RT12_SIZE 24576
+
 /* probe fork: the parent allocates PROBE_FORK_ALLOCS and frees them; its
  * child allocates and frees one of PROBE_FORK_CHILD_SIZE bytes */
 #define PROBE_FORK_ALLOCS 2

@@ -5,8 +5,13 @@
  * fakert.c), unchanged program output, fail-open configurations, fork,
  * and the test serving program.
  *
+ * The probe runs twice: linked to the fixture's libcudart.so.13 and to its
+ * libcudart.so.12 (probe12), with the same counts expected.
+ *
  * Paths come from the environment (tests/shim/meson.build): SHIMTEST_LIB,
- * SHIMTEST_PROBE, SHIMTEST_NEST, SHIMTEST_FIXTURE_DIR, and SHIMTEST_SERVE
+ * SHIMTEST_PROBE, SHIMTEST_PROBE12, SHIMTEST_CUDART12 (the fixture's
+ * libcudart.so.12), SHIMTEST_NEST, SHIMTEST_NEST_STATIC, SHIMTEST_FIXTURE_DIR,
+ * and SHIMTEST_SERVE
  * where tests/serve built its program.  Children get this
  * environment without any MOEFT_ variable or LD_PRELOAD, plus what each
  * test sets.
@@ -33,7 +38,7 @@ struct run {
 	char *out, *err;
 };
 
-static const char *lib, *probe, *nest, *fixture_dir, *serve;
+static const char *lib, *probe, *probe12, *cudart12, *nest, *nest_static, *fixture_dir, *serve;
 static char *baseline;   /* probe run's stdout without the preload */
 
 static char *slurp_fd(int fd)
@@ -274,9 +279,11 @@ static void test_silent(void)
 	CU_ASSERT(!exists(path));
 }
 
-static void test_events(void)
+/* Every path of probe `prog` once: the counts of probe.h, in the summary
+ * and in the log. */
+static void events_of(const char *prog)
 {
-	const char *argv[] = { probe, "run", NULL };
+	const char *argv[] = { prog, "run", NULL };
 	char path[256], wal[300];
 	const char *env[] = { wal, "MOEFT_WAL_SIZE=4M", "MOEFT_LOG=info", NULL };
 	struct logged l, again;
@@ -342,15 +349,43 @@ static void test_events(void)
 	unlink(path);
 }
 
+static void test_events(void)
+{
+	events_of(probe);
+}
+
+/* A program linked to libcudart.so.12 reaches our 12 twins: the same
+ * events, the same output. */
+static void test_events_cudart12(void)
+{
+	events_of(probe12);
+}
+
+/* probe check; with a second runtime (libcudart.so.12 opened beside the
+ * program's 13), whose allocation is logged like any other. */
 static void test_check(void)
 {
-	const char *argv[] = { probe, "check", NULL };
+	const char *argv[] = { probe, "check", cudart12, NULL },
+		   *argv12[] = { probe12, "check", NULL };
 	char path[256], wal[300];
 	const char *env[] = { wal, NULL };
+	const struct rec_alloc *a;
+	struct logged l;
 	struct run r;
 
 	snprintf(wal, sizeof wal, "MOEFT_WAL=%s", test_path(path, sizeof path, "check"));
 	r = run(argv, env, 1);
+	CU_ASSERT_EQUAL(r.status, 0);
+	CU_ASSERT_STRING_EQUAL(r.err, "");
+	CU_ASSERT_FATAL(read_log(path, &l) == 0);
+	CU_ASSERT_EQUAL(l.bad, 0);
+	a = logged(&l, PROBE_RT12_SIZE);
+	CU_ASSERT(a && a->api == ALLOC_API_CUDA_MALLOC);
+	CU_ASSERT_EQUAL(l.frees, l.allocs);
+	done(&r);
+	unlink(path);
+
+	r = run(argv12, env, 1);
 	CU_ASSERT_EQUAL(r.status, 0);
 	CU_ASSERT_STRING_EQUAL(r.err, "");
 	done(&r);
@@ -382,6 +417,42 @@ static void test_nesting(void)
 	CU_ASSERT_EQUAL(l.api[ALLOC_API_CUDA_MALLOC], NEST_ALLOCS - 1);
 	CU_ASSERT_EQUAL(l.api[ALLOC_API_CUDA_MALLOC_ASYNC], 1);
 	CU_ASSERT_EQUAL(l.api[ALLOC_API_CU_MEM_ALLOC] + l.api[ALLOC_API_CU_MEM_ALLOC_ASYNC], 0);
+	done(&r);
+	unlink(path);
+}
+
+/* The same program with the runtime linked in (nest_static): what a
+ * statically linked libcudart looks like to us.  One line says so, and its
+ * calls are seen where they reach the driver. */
+static void test_static_runtime(void)
+{
+	const char *argv[] = { nest_static, NULL };
+	char path[256], wal[300];
+	const char *env[] = { wal, "MOEFT_WAL_SIZE=4M", NULL };
+	struct logged l;
+	struct run r;
+
+	snprintf(wal, sizeof wal, "MOEFT_WAL=%s", test_path(path, sizeof path, "nest-static"));
+	r = run(argv, env, 1);
+	CU_ASSERT_EQUAL(r.status, 0);
+	CU_ASSERT_STRING_EQUAL(r.out, "nest: 4 allocations\n");
+	CU_ASSERT_EQUAL(lines(r.err), 1);
+	CU_ASSERT(strstr(r.err, "no libcudart.so.13 or libcudart.so.12 loaded") != NULL &&
+		  strstr(r.err, "seen only through the driver") != NULL);
+	CU_ASSERT_FATAL(read_log(path, &l) == 0);
+	CU_ASSERT_EQUAL(l.bad, 0);
+	CU_ASSERT_EQUAL(l.allocs, NEST_ALLOCS);
+	CU_ASSERT_EQUAL(l.frees, NEST_ALLOCS);
+	CU_ASSERT_EQUAL(l.api[ALLOC_API_CU_MEM_ALLOC], NEST_ALLOCS - 1);
+	CU_ASSERT_EQUAL(l.api[ALLOC_API_CU_MEM_ALLOC_ASYNC], 1);
+	CU_ASSERT_EQUAL(l.api[ALLOC_API_CUDA_MALLOC] + l.api[ALLOC_API_CUDA_MALLOC_ASYNC], 0);
+	done(&r);
+	unlink(path);
+
+	/* A shared runtime says nothing of the kind (test_nesting's program). */
+	argv[0] = nest;
+	r = run(argv, env, 1);
+	CU_ASSERT(r.status == 0 && !*r.err);
 	done(&r);
 	unlink(path);
 }
@@ -609,8 +680,10 @@ int main(void)
 		{ "baseline (no preload)", test_baseline },
 		{ "silent without CUDA", test_silent },
 		{ "one event per call, every path", test_events },
+		{ "the same under libcudart.so.12", test_events_cudart12 },
 		{ "dlsym and cuGetProcAddress answers", test_check },
 		{ "runtime-to-driver nesting", test_nesting },
+		{ "a statically linked runtime", test_static_runtime },
 		{ "fail open", test_fail_open },
 		{ "fork", test_fork },
 		{ "crash record, then the program's own disposition", test_crash },
@@ -625,11 +698,15 @@ int main(void)
 
 	lib = getenv("SHIMTEST_LIB");
 	probe = getenv("SHIMTEST_PROBE");
+	probe12 = getenv("SHIMTEST_PROBE12");
+	cudart12 = getenv("SHIMTEST_CUDART12");
 	nest = getenv("SHIMTEST_NEST");
+	nest_static = getenv("SHIMTEST_NEST_STATIC");
 	fixture_dir = getenv("SHIMTEST_FIXTURE_DIR");
 	serve = getenv("SHIMTEST_SERVE");
-	if (!lib || !probe || !nest || !fixture_dir) {
-		fprintf(stderr, "test_preload: set SHIMTEST_LIB, SHIMTEST_PROBE, SHIMTEST_NEST and "
+	if (!lib || !probe || !probe12 || !cudart12 || !nest || !nest_static || !fixture_dir) {
+		fprintf(stderr, "test_preload: set SHIMTEST_LIB, SHIMTEST_PROBE, SHIMTEST_PROBE12, "
+			"SHIMTEST_CUDART12, SHIMTEST_NEST, SHIMTEST_NEST_STATIC and "
 			"SHIMTEST_FIXTURE_DIR (meson test does)\n");
 		return 1;
 	}

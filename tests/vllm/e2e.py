@@ -5,7 +5,7 @@
     e2e.py health URL PID SECONDS
     e2e.py baseline URL PROMPTS MAX_TOKENS OUT
     e2e.py crash URL PROMPTS MAX_TOKENS AFTER LEADER SHM_BEFORE OUT
-    e2e.py kill-at WAL_DIR MAX_TOKENS BASELINE SERVER_LOG LEADER SHM_BEFORE [PART]
+    e2e.py kill-at WAL_DIR MAX_TOKENS BASELINE SERVER_LOG LEADER SHM_BEFORE PART READY
     e2e.py kill LEADER SHM_BEFORE
     e2e.py ident PID
     e2e.py shm-list OUT
@@ -387,7 +387,7 @@ def cmd_crash(url: str, prompts_file: str, max_tokens: str, after: str, leader: 
 
 
 def cmd_kill_at(wal: str, max_tokens: str, baseline_file: str, log: str, leader: str,
-                shm_before: str, part: str = "4") -> None:
+                shm_before: str, part: str, ready: str) -> None:
     """Kill the restored server about 1/PART of the way through what its
     restored requests (in WAL.restore, the restore's directory) had left:
     once the server's LOG says the connector resumed each of them (its
@@ -395,7 +395,10 @@ def cmd_kill_at(wal: str, max_tokens: str, baseline_file: str, log: str, leader:
     1/PART of the steps left at the baseline's time per step.  vLLM serves
     no finer progress signal (its /metrics answers only once the batch is
     done on 2 cores), and a clock started earlier measured the server's
-    start-up too.  The caller checks that the requests were still running."""
+    start-up too.  Creates READY once it watches: the caller starts the
+    requests then (a Python started while the server decodes on both CPUs
+    took seconds to begin).  The caller checks that the requests were still
+    running."""
     restored = Path(wal + ".restore")
     left = []
     for f in restored.glob("*/requests"):
@@ -406,6 +409,7 @@ def cmd_kill_at(wal: str, max_tokens: str, baseline_file: str, log: str, leader:
         fail(f"the restored requests ({restored}) have {left} tokens left to decode: "
              "too few to crash in between")
     urgent()
+    Path(ready).touch()
     t0 = time.monotonic()
     while Path(log).read_text(errors="replace").count("moeft: resumed request") < len(left):
         if time.monotonic() - t0 > 120:
