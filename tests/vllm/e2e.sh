@@ -312,7 +312,8 @@ second_crash() {
 	helper kill-at "$wal" "$max_tokens" "$work/baseline.json" \
 		"$work/server-d$1-1.log" "$running" "$work/shm-before" "$2" "$work/killer-d$1" &
 	killer=$!
-	for ((i = 0; i < 600 && ! -e $work/killer-d$1; i++)); do
+	for ((i = 0; i < 600; i++)); do
+		[[ -e $work/killer-d$1 ]] && break
 		kill -0 "$killer" 2>/dev/null || break
 		sleep 0.1
 	done
