@@ -52,6 +52,8 @@
  *	                            or from R when resumed at R > 0
  *	rows S0 S1 ...              sequence of each real row, ascending
  *	layer L A,B,C,D E,F,G,H ... per layer: each row's k routed expert ids
+ *	weights L W,W,W,W ...       then per layer: each row's k gating weights,
+ *	                            float32 bits as 8 hex digits
  *	kv CRC                      CRC-32C (8 hex digits) of the KV pool after
  *	                            the step, layer after layer
  *	tokens T0 T1 ...            the token each row emitted
@@ -143,9 +145,10 @@ struct group {
 	int64_t *slot_mapping;
 	int32_t *input_ids, *seq_lens, *block_tables;
 	uint32_t *hidden;
-	float *key, *value, *logits, *weights;
+	float *key, *value, *logits;
 	int32_t *source_rows, *tokens;
-	int32_t **ids; /* per layer: max_rows x topk */
+	int32_t **ids;   /* per layer: max_rows x topk */
+	float **weights; /* per layer: their gating weights */
 	int32_t *h_tokens;
 	cudaGraphExec_t exec;
 	pthread_t thread;
@@ -170,7 +173,8 @@ struct serve {
 	pthread_barrier_t start, finish;
 	int stop;
 	unsigned char *pool_copy;
-	int32_t *ids_copy[NGROUPS];
+	uint32_t *ids_copy[NGROUPS];     /* the int32 ids' bits */
+	uint32_t *weights_copy[NGROUPS]; /* the float weights' bits */
 	FILE *truth;
 	unsigned resume; /* steps before it come from the journal */
 	int journal;     /* its descriptor, with --journal */
@@ -422,15 +426,19 @@ static void group_init(struct serve *sv, unsigned idx)
 	g->key = dev_alloc(rows * o->hidden * sizeof(float));
 	g->value = dev_alloc(rows * o->hidden * sizeof(float));
 	g->logits = dev_alloc(rows * o->experts * sizeof(float));
-	g->weights = dev_alloc(rows * o->topk * sizeof(float));
 	g->source_rows = dev_alloc(rows * o->topk * sizeof(int32_t));
 	g->tokens = dev_alloc(rows * sizeof(int32_t));
-	/* One id buffer per layer, so the truth can read them all after the step. */
+	/* One id and weight buffer per layer, so the truth can read them all
+	 * after the step. */
 	g->ids = xcalloc(o->layers, sizeof *g->ids);
-	for (layer = 0; layer < o->layers; layer++)
+	g->weights = xcalloc(o->layers, sizeof *g->weights);
+	for (layer = 0; layer < o->layers; layer++) {
 		g->ids[layer] = dev_alloc(rows * o->topk * sizeof(int32_t));
+		g->weights[layer] = dev_alloc(rows * o->topk * sizeof(float));
+	}
 	CU(cudaMallocHost((void **)&g->h_tokens, rows * sizeof(int32_t)));
-	sv->ids_copy[idx] = xcalloc(rows * o->topk * o->layers, sizeof(int32_t));
+	sv->ids_copy[idx] = xcalloc(rows * o->topk * o->layers, sizeof(uint32_t));
+	sv->weights_copy[idx] = xcalloc(rows * o->topk * o->layers, sizeof(uint32_t));
 }
 
 static void launch(cudaStream_t stream, enum serve_kernel k, unsigned grid, unsigned block,
@@ -531,7 +539,7 @@ static void group_enqueue(struct group *g, unsigned rows, cudaStream_t stream)
 		void *attn[] = { &g->hidden, &kc, &vc, &block_tables, &seq_lens, &n, &hs,
 				 &maxb, &bs, &block_stride };
 		void *router[] = { &g->hidden, &g->logits, &n, &hs, &experts, &layer, &seed };
-		void *topk[] = { &g->logits, &finished, &g->weights, &n, &g->ids[layer],
+		void *topk[] = { &g->logits, &finished, &g->weights[layer], &n, &g->ids[layer],
 				 &g->source_rows, &k, &start, &experts, &experts };
 		void *mlp[] = { &g->hidden, &g->ids[layer], &n, &hs, &k, &layer, &seed };
 
@@ -708,39 +716,56 @@ static int active(const struct seq *s, unsigned t)
 	return s->join <= t && t < s->leave;
 }
 
+/* "KEY LAYER" and each active row's k values of a layer, from the copies
+ * truth_step made (ids as signed decimals, weights' bits in hex). */
+static void truth_rows(const struct serve *sv, unsigned t, const char *key, unsigned layer,
+		       uint32_t *const copy[NGROUPS], const char *fmt)
+{
+	const struct opts *o = &sv->o;
+	unsigned i, j;
+
+	fprintf(sv->truth, "\n%s %u", key, layer);
+	for (i = 0; i < o->seqs; i++) {
+		const struct group *g = &sv->g[i % NGROUPS];
+		const uint32_t *v;
+
+		if (!active(&sv->seqs[i], t))
+			continue;
+		v = copy[i % NGROUPS] + ((size_t)layer * g->max_rows + sv->seqs[i].row) * o->topk;
+		for (j = 0; j < o->topk; j++)
+			fprintf(sv->truth, fmt, j ? ',' : ' ', v[j]);
+	}
+}
+
 static void truth_step(struct serve *sv, unsigned t)
 {
 	const struct opts *o = &sv->o;
 	FILE *f = sv->truth;
-	unsigned i, j, layer;
+	unsigned i, layer;
 	int gi;
 
 	for (gi = 0; gi < NGROUPS; gi++) {
 		struct group *g = &sv->g[gi];
 
-		for (layer = 0; layer < o->layers && g->rows; layer++)
-			CU(cudaMemcpy(sv->ids_copy[gi] + (size_t)layer * g->max_rows * o->topk,
-				      g->ids[layer], (size_t)g->rows * o->topk * sizeof(int32_t),
+		for (layer = 0; layer < o->layers && g->rows; layer++) {
+			size_t at = (size_t)layer * g->max_rows * o->topk;
+
+			CU(cudaMemcpy(sv->ids_copy[gi] + at, g->ids[layer],
+				      (size_t)g->rows * o->topk * sizeof(int32_t),
 				      cudaMemcpyDeviceToHost));
+			CU(cudaMemcpy(sv->weights_copy[gi] + at, g->weights[layer],
+				      (size_t)g->rows * o->topk * sizeof(float),
+				      cudaMemcpyDeviceToHost));
+		}
 	}
 	fprintf(f, "step %u\nrows", t);
 	for (i = 0; i < o->seqs; i++)
 		if (active(&sv->seqs[i], t))
 			fprintf(f, " %u", i);
-	for (layer = 0; layer < o->layers; layer++) {
-		fprintf(f, "\nlayer %u", layer);
-		for (i = 0; i < o->seqs; i++) {
-			const struct group *g = &sv->g[i % NGROUPS];
-			const int32_t *ids;
-
-			if (!active(&sv->seqs[i], t))
-				continue;
-			ids = sv->ids_copy[i % NGROUPS] +
-			      ((size_t)layer * g->max_rows + sv->seqs[i].row) * o->topk;
-			for (j = 0; j < o->topk; j++)
-				fprintf(f, "%c%d", j ? ',' : ' ', (int)ids[j]);
-		}
-	}
+	for (layer = 0; layer < o->layers; layer++)
+		truth_rows(sv, t, "layer", layer, sv->ids_copy, "%c%d");
+	for (layer = 0; layer < o->layers; layer++)
+		truth_rows(sv, t, "weights", layer, sv->weights_copy, "%c%08x");
 	fprintf(f, "\nkv %08x\ntokens", (unsigned)pool_crc(sv));
 	for (i = 0; i < o->seqs; i++)
 		if (active(&sv->seqs[i], t))
@@ -943,14 +968,15 @@ static void group_fini(struct group *g)
 	if (g->exec)
 		CU(cudaGraphExecDestroy(g->exec));
 	if (g->max_rows) {
-		for (layer = 0; layer < g->sv->o.layers; layer++)
+		for (layer = 0; layer < g->sv->o.layers; layer++) {
 			CU(cudaFree(g->ids[layer]));
+			CU(cudaFree(g->weights[layer]));
+		}
 		CU(cudaFree(g->d_in));
 		CU(cudaFree(g->hidden));
 		CU(cudaFree(g->key));
 		CU(cudaFree(g->value));
 		CU(cudaFree(g->logits));
-		CU(cudaFree(g->weights));
 		CU(cudaFree(g->source_rows));
 		CU(cudaFree(g->tokens));
 		CU(cudaFreeHost(g->h_in));
@@ -959,6 +985,7 @@ static void group_fini(struct group *g)
 	CU(cudaEventDestroy(g->done));
 	CU(cudaStreamDestroy(g->stream));
 	free(g->ids);
+	free(g->weights);
 	free(g->seq_of_row);
 }
 
@@ -1047,6 +1074,7 @@ int main(int argc, char **argv)
 	for (gi = 0; gi < NGROUPS; gi++) {
 		group_fini(&sv.g[gi]);
 		free(sv.ids_copy[gi]);
+		free(sv.weights_copy[gi]);
 	}
 	for (i = 0; i < sv.npool_alloc; i++)
 		CU(cudaFree(sv.pool_alloc[i]));

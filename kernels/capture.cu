@@ -13,7 +13,7 @@
 #include "kvsnap_algo.h"
 
 /*
- * Thread 0 reserves and writes the headers; the block copies the ids;
+ * Thread 0 reserves and writes the headers; the block copies the ids and weights;
  * thread 0 publishes once every thread's stores are done (capture.h,
  * steps 1-3).  Launch with one block of at most CAP_APPEND_THREADS.
  */
@@ -28,7 +28,7 @@ moeft_capture_append(struct cap_append_args a)
 	__syncthreads();
 	if (!ok)
 		return;
-	cap_copy_ids(a.ring, &rv, &a, threadIdx.x, blockDim.x);
+	cap_copy(a.ring, &rv, &a, threadIdx.x, blockDim.x);
 	__syncthreads();
 	if (threadIdx.x == 0)
 		cap_publish(a.ring, &rv);

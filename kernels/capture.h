@@ -82,12 +82,29 @@ extern "C" {
 #define CAP_APPEND_THREADS 256u		/* block size of moeft_capture_append */
 #define CAP_ID_INVALID (-1)		/* an id that does not fit in int32 */
 
-/* Element types of the arrays the kernels read. */
+/* Element types of the arrays the kernels read: ids, then gating weights
+ * (copied as their bits). */
 enum cap_dtype {
 	CAP_DT_I32 = 1,
 	CAP_DT_U32 = 2,
 	CAP_DT_I64 = 3,
+	CAP_DT_F32 = 4,
+	CAP_DT_BF16 = 5,
+	CAP_DT_F16 = 6,
 };
+
+#ifdef __CUDACC__
+#define CAP_INLINE static __host__ __device__ inline
+#else
+#define CAP_INLINE static inline
+#endif
+
+/* Bytes of one gating weight of wdtype: 4, 2, or 0 for none (and for a
+ * type that is none of the weights'). */
+CAP_INLINE uint32_t cap_weight_bytes(uint32_t wdtype)
+{
+	return wdtype == CAP_DT_F32 ? 4 : wdtype == CAP_DT_BF16 || wdtype == CAP_DT_F16 ? 2 : 0;
+}
 
 /* Entry types. */
 enum cap_type {
@@ -115,7 +132,9 @@ struct cap_ring {
 /*
  * Entry header.  A SKIP entry uses the first 16 bytes only, so it fits any
  * gap.  A DATA entry's payload follows the header: rows * k int32 ids,
- * row-major (ids that do not fit int32 read as CAP_ID_INVALID).
+ * row-major (ids that do not fit int32 read as CAP_ID_INVALID), then, when
+ * wdtype is set, rows * k gating weights of that type (4 or 2 bytes each,
+ * the source's bits), row-major.
  */
 struct cap_entry {
 	uint64_t seq;		/* ring position + 1; stored last */
@@ -126,8 +145,8 @@ struct cap_entry {
 	uint64_t step;		/* the caller's step or launch sequence */
 	uint32_t rows;
 	uint32_t k;
-	uint32_t bytes;		/* payload bytes: rows * k * 4 */
-	uint32_t pad;		/* zero */
+	uint32_t bytes;		/* payload bytes: rows * k * (4 + weight bytes) */
+	uint32_t wdtype;	/* the weights' enum cap_dtype; 0: none */
 };
 
 #define CAP_ENTRY_HDR ((uint32_t)sizeof(struct cap_entry))
@@ -140,8 +159,10 @@ CAP_STATIC_ASSERT(offsetof(struct cap_entry, tag) == CAP_ALIGN, "a SKIP entry is
  * Parameters of moeft_capture_append (passed by value: a graph records
  * them).  Launch it with one block of at most CAP_APPEND_THREADS threads.
  * It appends rows x k ids: the first k of each row of `src`, whose rows
- * start `stride` elements apart (stride >= k; stride == k when dense).
- * An invalid request (unknown dtype, stride < k) counts as a drop.
+ * start `stride` elements apart (stride >= k; stride == k when dense); and
+ * when wdtype is set, the rows x k weights at `wsrc` (dense).  An invalid
+ * request (unknown dtype, stride < k, weights without a pointer) counts as
+ * a drop.
  */
 struct cap_append_args {
 	struct cap_ring *ring;	/* the device's view of the ring */
@@ -151,7 +172,10 @@ struct cap_append_args {
 	uint32_t rows;
 	uint32_t k;
 	uint32_t stride;
-	uint32_t dtype;		/* enum cap_dtype */
+	uint32_t dtype;		/* enum cap_dtype: CAP_DT_I32 .. CAP_DT_I64 */
+	const void *wsrc;	/* device memory, or NULL */
+	uint32_t wdtype;	/* CAP_DT_F32 .. CAP_DT_F16, or 0: no weights */
+	uint32_t pad;		/* zero */
 };
 
 /* A reservation: a SKIP entry of `pad` bytes at pos (when pad > 0), then

@@ -17,6 +17,12 @@ ALGO_FN int cap_dtype_ok(uint32_t dtype)
 	return dtype >= CAP_DT_I32 && dtype <= CAP_DT_I64;
 }
 
+/* No weights, or weights of a known type from somewhere. */
+ALGO_FN int cap_weights_ok(const struct cap_append_args *a)
+{
+	return !a->wdtype || (cap_weight_bytes(a->wdtype) && a->wsrc);
+}
+
 /* Element i of an array of a valid dtype, widened. */
 ALGO_FN int64_t cap_load_i64(const void *src, uint32_t dtype, uint64_t i)
 {
@@ -60,7 +66,7 @@ ALGO_FN uint64_t cap_payload_bytes(const struct cap_append_args *a)
 {
 	uint64_t n = (uint64_t)a->rows * a->k;
 
-	return n > UINT64_MAX / 4 ? UINT64_MAX : n * 4;
+	return n > UINT64_MAX / 8 ? UINT64_MAX : n * (4 + cap_weight_bytes(a->wdtype));
 }
 
 /* Reserve pad + size bytes in one CAS, or nothing (see capture.h, step 1). */
@@ -104,7 +110,7 @@ ALGO_FN int cap_begin(const struct cap_append_args *a, struct cap_resv *rv)
 	uint32_t size = (uint32_t)((CAP_ENTRY_HDR + bytes + CAP_ALIGN - 1) &
 				   ~(uint64_t)(CAP_ALIGN - 1));
 
-	if (!cap_dtype_ok(a->dtype) || a->stride < a->k ||
+	if (!cap_dtype_ok(a->dtype) || !cap_weights_ok(a) || a->stride < a->k ||
 	    bytes > cap / 2 - CAP_ENTRY_HDR || !cap_reserve(r, cap, size, rv)) {
 		atom_add(&r->dropped_entries, 1);
 		atom_add(&r->dropped_bytes, bytes);
@@ -124,12 +130,14 @@ ALGO_FN int cap_begin(const struct cap_append_args *a, struct cap_resv *rv)
 	e->rows = a->rows;
 	e->k = a->k;
 	e->bytes = (uint32_t)bytes;
+	e->wdtype = a->wdtype;
 	return 1;
 }
 
-/* Ids first, first + step, ...: the first k of each row, int32. */
-ALGO_FN void cap_copy_ids(struct cap_ring *r, const struct cap_resv *rv,
-			  const struct cap_append_args *a, uint32_t first, uint32_t step)
+/* Elements first, first + step, ...: the first k ids of each row, int32,
+ * then the weights, bit for bit. */
+ALGO_FN void cap_copy(struct cap_ring *r, const struct cap_resv *rv,
+		      const struct cap_append_args *a, uint32_t first, uint32_t step)
 {
 	int32_t *out = (int32_t *)((unsigned char *)cap_data_entry(r, rv) + CAP_ENTRY_HDR);
 	uint32_t n = a->rows * a->k;	/* < 2^29: the entry fitted */
@@ -138,6 +146,12 @@ ALGO_FN void cap_copy_ids(struct cap_ring *r, const struct cap_resv *rv,
 	for (i = first; i < n; i += step)
 		out[i] = cap_load_id(a->src, a->dtype,
 				     (uint64_t)(i / a->k) * a->stride + i % a->k);
+	if (cap_weight_bytes(a->wdtype) == 4)
+		for (i = first; i < n; i += step)
+			((uint32_t *)(out + n))[i] = ((const uint32_t *)a->wsrc)[i];
+	else if (a->wdtype)
+		for (i = first; i < n; i += step)
+			((uint16_t *)(out + n))[i] = ((const uint16_t *)a->wsrc)[i];
 }
 
 /* Step 3 of the protocol: seq last, after the fence. */

@@ -11,7 +11,7 @@ int cap_append_begin_ref(const struct cap_append_args *a, struct cap_resv *rv)
 {
 	if (!cap_begin(a, rv))
 		return 0;
-	cap_copy_ids(a->ring, rv, a, 0, 1);
+	cap_copy(a->ring, rv, a, 0, 1);
 	return 1;
 }
 

@@ -33,7 +33,9 @@
 #define CAP_POLL_NS 1000000L
 
 _Static_assert((int)RULE_I32 == (int)CAP_DT_I32 && (int)RULE_U32 == (int)CAP_DT_U32 &&
-	       (int)RULE_I64 == (int)CAP_DT_I64, "rule and capture element types agree");
+	       (int)RULE_I64 == (int)CAP_DT_I64 && (int)RULE_F32 == (int)CAP_DT_F32 &&
+	       (int)RULE_BF16 == (int)CAP_DT_BF16 && (int)RULE_F16 == (int)CAP_DT_F16,
+	       "rule and capture element types agree");
 
 static struct {
 	pthread_once_t once;
@@ -366,6 +368,7 @@ void capture_after(const struct capture_after *x)
 		.step = x->layer,
 		.rows = (uint32_t)h->rows, .k = (uint32_t)h->k, .stride = (uint32_t)h->stride,
 		.dtype = (uint32_t)h->dtype,
+		.wsrc = (const void *)(uintptr_t)h->weights, .wdtype = (uint32_t)h->wdtype,
 	};
 
 	if (atomic_load_explicit(&cap.on, memory_order_acquire))

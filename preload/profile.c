@@ -180,9 +180,18 @@ static int parse_val(struct pctx *x, const char **s, struct rule_val *v)
 	}
 }
 
-/* REF = pN[@OFF][:DTYPE]; DTYPE only where `dtype` is wanted. */
-static int parse_ref(struct pctx *x, const char **s, struct rule_ref *r, int dtype)
+/* The dtypes a REF may name, by the first one of its family. */
+static const char *const dtype_names[] = {
+	[RULE_I32] = "i32", [RULE_U32] = "u32", [RULE_I64] = "i64",
+	[RULE_F32] = "f32", [RULE_BF16] = "bf16", [RULE_F16] = "f16",
+};
+
+/* REF = pN[@OFF][:DTYPE].  `family` is the default dtype and its kind:
+ * RULE_I32 (ids, slots: i32, u32, i64), RULE_F32 (weights: f32, bf16,
+ * f16), or 0 for a plain pointer (no DTYPE). */
+static int parse_ref(struct pctx *x, const char **s, struct rule_ref *r, int family)
 {
+	int first = family, last = family == RULE_I32 ? RULE_I64 : RULE_F16, d;
 	const char *p = *s;
 
 	memset(r, 0, sizeof *r);
@@ -193,20 +202,18 @@ static int parse_ref(struct pctx *x, const char **s, struct rule_ref *r, int dty
 			return -1;
 		r->in_struct = 1;
 	}
-	if (dtype) {
-		r->dtype = RULE_I32;
+	if (family) {
+		r->dtype = (uint8_t)family;
 		if (*p == ':') {
 			size_t n = word_len(p + 1);
 
-			if (word_is(p + 1, n, "i32"))
-				r->dtype = RULE_I32;
-			else if (word_is(p + 1, n, "u32"))
-				r->dtype = RULE_U32;
-			else if (word_is(p + 1, n, "i64"))
-				r->dtype = RULE_I64;
-			else
-				return perr(x, p + 1, "unknown dtype ':%.*s' (expected i32, u32 or i64)",
-					    (int)n, p + 1);
+			for (d = first; d <= last && !word_is(p + 1, n, dtype_names[d]); d++)
+				;
+			if (d > last)
+				return perr(x, p + 1, "unknown dtype ':%.*s' (expected %s, %s or %s)",
+					    (int)n, p + 1, dtype_names[first],
+					    dtype_names[first + 1], dtype_names[last]);
+			r->dtype = (uint8_t)d;
 			p += 1 + n;
 		}
 	}
@@ -292,12 +299,13 @@ static char *next_token(char **s)
 }
 
 enum key {
-	K_IDS, K_ROWS, K_K, K_STRIDE, K_EXPERTS, K_SLOTS, K_COUNT, K_BLOCK, K_POOL, K_WHEN,
-	K_NKEYS
+	K_IDS, K_ROWS, K_K, K_STRIDE, K_EXPERTS, K_WEIGHTS, K_SLOTS, K_COUNT, K_BLOCK, K_POOL,
+	K_WHEN, K_NKEYS
 };
 
 static const char *const key_names[K_NKEYS] = {
-	"ids", "rows", "k", "stride", "experts", "slots", "count", "block", "pool", "when"
+	"ids", "rows", "k", "stride", "experts", "weights", "slots", "count", "block", "pool",
+	"when"
 };
 
 /* Keys each kind takes, in the order messages list them; required first. */
@@ -307,7 +315,8 @@ static const struct {
 	int keys[7];
 	int nkeys;
 } kinds[] = {
-	[RULE_ROUTING] = { "routing", 3, { K_IDS, K_ROWS, K_K, K_STRIDE, K_EXPERTS, K_WHEN }, 6 },
+	[RULE_ROUTING] = { "routing", 3,
+			   { K_IDS, K_ROWS, K_K, K_STRIDE, K_EXPERTS, K_WEIGHTS, K_WHEN }, 7 },
 	[RULE_KV] = { "kv", 3, { K_SLOTS, K_COUNT, K_BLOCK, K_POOL, K_WHEN }, 5 },
 	[RULE_STEP] = { "step", 0, { K_WHEN }, 1 },
 };
@@ -356,7 +365,11 @@ static int parse_kv_pair(struct pctx *x, char *tok, struct rule *r, unsigned *se
 	switch (k) {
 	case K_IDS:
 	case K_SLOTS:
-		if (parse_ref(x, &v, &r->ref, 1) < 0)
+		if (parse_ref(x, &v, &r->ref, RULE_I32) < 0)
+			return -1;
+		return value_end(x, v, tok);
+	case K_WEIGHTS:
+		if (parse_ref(x, &v, &r->weights, RULE_F32) < 0)
 			return -1;
 		return value_end(x, v, tok);
 	case K_POOL:
@@ -842,8 +855,10 @@ int rule_eval(const struct rule *r, void *const *args, const uint32_t *param_siz
 		    eval_val(&l, &r->rows, 0, &h.rows) < 0 ||
 		    eval_val(&l, &r->k, 0, &h.k) < 0 ||
 		    eval_val(&l, &r->stride, h.k, &h.stride) < 0 ||
-		    eval_val(&l, &r->experts, -1, &h.experts) < 0)
+		    eval_val(&l, &r->experts, -1, &h.experts) < 0 ||
+		    (r->weights.dtype && eval_ref(&l, &r->weights, &h.weights) < 0))
 			return -1;
+		h.wdtype = h.weights ? r->weights.dtype : 0;
 	} else if (r->kind == RULE_KV) {
 		if (eval_ref(&l, &r->ref, &h.ptr) < 0 ||
 		    eval_val(&l, &r->count, 0, &h.count) < 0 ||
@@ -903,6 +918,8 @@ int rule_each_use(const struct rule *r, int (*fn)(const struct rule_use *u, void
 
 	if (r->kind != RULE_STEP)
 		ret = ref_use(r->kind == RULE_ROUTING ? "ids" : "slots", &r->ref, fn, arg);
+	if (!ret && r->weights.dtype)
+		ret = ref_use("weights", &r->weights, fn, arg);
 	ret = ret ? ret : val_uses("rows", &r->rows, fn, arg);
 	ret = ret ? ret : val_uses("k", &r->k, fn, arg);
 	ret = ret ? ret : val_uses("stride", &r->stride, fn, arg);
@@ -1026,12 +1043,11 @@ static void put_val(struct out *o, const struct rule_val *v)
 
 static void put_ref(struct out *o, const struct rule_ref *r)
 {
-	static const char *const dtypes[] = { "", ":i32", ":u32", ":i64" };
-
 	put(o, "p%u", r->param);
 	if (r->in_struct)
 		put(o, "@%u", r->off);
-	put(o, "%s", dtypes[r->dtype]);
+	if (r->dtype)
+		put(o, ":%s", dtype_names[r->dtype]);
 }
 
 static void put_key_val(struct out *o, const char *key, const struct rule_val *v)
@@ -1054,6 +1070,10 @@ int rule_format(const struct rule *r, char *buf, size_t len)
 	if (r->kind != RULE_STEP) {
 		put(&o, " %s=", r->kind == RULE_ROUTING ? "ids" : "slots");
 		put_ref(&o, &r->ref);
+	}
+	if (r->weights.dtype) {
+		put(&o, " weights=");
+		put_ref(&o, &r->weights);
 	}
 	put_key_val(&o, "rows", &r->rows);
 	put_key_val(&o, "k", &r->k);

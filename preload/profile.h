@@ -27,8 +27,12 @@
 
 enum rule_kind { RULE_ROUTING = 1, RULE_KV = 2, RULE_STEP = 3 };
 
-/* Element type of the ids or slots array a REF points at. */
-enum rule_dtype { RULE_I32 = 1, RULE_U32 = 2, RULE_I64 = 3 };
+/* Element type of the array a REF points at: ids and slots are integers,
+ * gating weights floating point. */
+enum rule_dtype {
+	RULE_I32 = 1, RULE_U32 = 2, RULE_I64 = 3,
+	RULE_F32 = 4, RULE_BF16 = 5, RULE_F16 = 6
+};
 
 enum rule_term_kind {
 	TERM_CONST = 1,  /* k */
@@ -76,6 +80,7 @@ struct rule {
 	unsigned line;                   /* where it was defined */
 	struct rule_ref ref;             /* routing: ids=; kv: slots= */
 	struct rule_val rows, k, stride, experts;  /* routing */
+	struct rule_ref weights;         /* routing: weights= (dtype 0: not given) */
 	struct rule_val count, block;              /* kv */
 	unsigned npool;
 	struct rule_ref pool[RULE_MAX_POOL];       /* kv */
@@ -137,6 +142,10 @@ struct rule_hit {
 	int64_t rows, k;     /* routing: rows x k ids are written ... */
 	int64_t stride;      /* ... row r at ptr + r * stride elements (default k) */
 	int64_t experts;     /* routing: number of experts, -1 when not given */
+	uint64_t weights;    /* routing: device pointer of the rows x k gating
+				weights (dense: row r at r * k), 0 when the rule
+				names none or the launch passed NULL */
+	int wdtype;          /* their enum rule_dtype; 0 with weights 0 */
 	int64_t count;       /* kv: slot entries at ptr */
 	int64_t block;       /* kv: slots per KV block (slot / block = block index) */
 	unsigned npool;
@@ -176,7 +185,7 @@ struct rule_use {
 	int what;		/* enum rule_use_what */
 	unsigned width;		/* bytes read; USE_INT: 0 (the param's own), 4, 8 */
 	unsigned off;		/* the fields' */
-	int dtype;		/* ids= / slots=: enum rule_dtype; 0 otherwise */
+	int dtype;		/* ids=, slots=, weights=: enum rule_dtype; 0 otherwise */
 };
 
 /* Call fn for each parameter rule r reads, in the order of its text,

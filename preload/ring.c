@@ -62,7 +62,7 @@ static int read_header(struct cap_entry *h, const struct cap_entry *e, uint64_t 
 		       uint64_t cap)
 {
 	const size_t rest = offsetof(struct cap_entry, tag);
-	uint64_t ids;
+	uint64_t ids, bytes;
 
 	/* First the 16 bytes a SKIP entry has: it may end the data area. */
 	memcpy((unsigned char *)h + 8, (const unsigned char *)e + 8, rest - 8);
@@ -76,8 +76,10 @@ static int read_header(struct cap_entry *h, const struct cap_entry *e, uint64_t 
 		memcpy((unsigned char *)h + rest, (const unsigned char *)e + rest,
 		       CAP_ENTRY_HDR - rest);
 		ids = (uint64_t)h->rows * h->k;	/* cannot overflow */
-		return ids <= cap / 8 && h->bytes == ids * 4 &&
-		       h->size == ((CAP_ENTRY_HDR + ids * 4 + CAP_ALIGN - 1) &
+		bytes = ids * (4 + cap_weight_bytes(h->wdtype));
+		return ids <= cap / 8 && (!h->wdtype || cap_weight_bytes(h->wdtype)) &&
+		       h->bytes == bytes &&
+		       h->size == ((CAP_ENTRY_HDR + bytes + CAP_ALIGN - 1) &
 				   ~(uint64_t)(CAP_ALIGN - 1)) &&
 		       h->size <= cap / 2 && off + h->size <= cap;
 	}

@@ -127,16 +127,26 @@ static int reserve(struct window_asm *wa, size_t more)
 	return 0;
 }
 
+/* The record's weight type of a ring entry's (ring.c checked it). */
+static uint8_t weights_flag(uint32_t wdtype)
+{
+	return wdtype == CAP_DT_F32 ? ROUTING_W_F32 : wdtype == CAP_DT_BF16 ? ROUTING_W_BF16 :
+	       wdtype == CAP_DT_F16 ? ROUTING_W_F16 : ROUTING_W_NONE;
+}
+
+/* A routing entry: rows x k int32 ids, then as many weights when it has
+ * them (capture.h), both copied into the record as they are. */
 static void routing(struct window_asm *wa, const struct cap_entry *e, const void *ids,
 		    size_t len)
 {
 	struct rec_routing r = {
 		.layer = (uint32_t)e->step, .tokens = e->rows, .k = (uint16_t)e->k,
-		.id_bytes = 4, .experts = WA_TAG_EXPERTS(e->tag),
+		.id_bytes = 4, .flags = weights_flag(e->wdtype),
+		.experts = WA_TAG_EXPERTS(e->tag),
 	};
 	uint32_t plen = (uint32_t)(ROUTING_HDR_SIZE + len);
 	const int32_t *id = ids;
-	size_t i;
+	size_t i, nids = (size_t)e->rows * e->k;
 
 	ADD(entries, 1);
 	/* Before the lane's first marker, or layers no record can name. */
@@ -148,7 +158,7 @@ static void routing(struct window_asm *wa, const struct cap_entry *e, const void
 	}
 	/* Without the rule's count, the ids say at least this many (ids that
 	 * did not fit int32 read as CAP_ID_INVALID and say nothing). */
-	for (i = 0; !WA_TAG_EXPERTS(e->tag) && i < len / 4; i++)
+	for (i = 0; !WA_TAG_EXPERTS(e->tag) && i < nids; i++)
 		if (id[i] >= 0 && (uint32_t)id[i] + 1 > r.experts)
 			r.experts = (uint32_t)id[i] + 1;
 	if (reserve(wa, 4 + (size_t)plen) < 0) {
@@ -158,8 +168,8 @@ static void routing(struct window_asm *wa, const struct cap_entry *e, const void
 	}
 	memcpy(wa->buf + wa->len, &plen, 4);
 	rec_routing_encode(wa->buf + wa->len + 4, &r);
-	/* The ring holds native int32, the log little-endian: both are the
-	 * hosts CUDA runs on. */
+	/* The ring holds native int32 and the weights' own bytes, the log
+	 * little-endian: both are the hosts CUDA runs on. */
 	memcpy(wa->buf + wa->len + 4 + ROUTING_HDR_SIZE, ids, len);
 	wa->len += 4 + (size_t)plen;
 	wa->records++;

@@ -92,6 +92,12 @@ static void describe_request(const struct rec_request *q, char *buf, size_t len)
 		 q->flags & REQUEST_FINISHED ? ", finished" : "");
 }
 
+/* The names of enum routing_weights, as JSON and text show them. */
+static const char *const weights_names[] = {
+	[ROUTING_W_NONE] = "", [ROUTING_W_F32] = "f32", [ROUTING_W_BF16] = "bf16",
+	[ROUTING_W_F16] = "f16",
+};
+
 /* A short description of a record's payload.  0, or -1 (and
  * "undecodable") when the payload cannot be what its type says. */
 static int describe(const struct wal_record *rec, const struct wal_window *w, char *buf, size_t len)
@@ -124,8 +130,10 @@ static int describe(const struct wal_record *rec, const struct wal_window *w, ch
 	case WAL_REC_ROUTING:
 		if ((ok = rec_routing_decode(rec->payload, rec->len, &u.r) == 0))
 			snprintf(buf, len, "step %" PRIu64 " layer %" PRIu32 ": %" PRIu32
-				 " tokens, top-%u of %" PRIu32 " experts", u.r.step, u.r.layer,
-				 u.r.tokens, u.r.k, u.r.experts);
+				 " tokens, top-%u of %" PRIu32 " experts, %s%s", u.r.step,
+				 u.r.layer, u.r.tokens, u.r.k, u.r.experts,
+				 u.r.weights ? "gating weights " : "no gating weights",
+				 weights_names[u.r.flags & ROUTING_W_MASK]);
 		break;
 	case WAL_REC_KVREF:
 		if ((ok = rec_kvref_decode(rec->payload, rec->len, &u.k) == 0))
@@ -419,6 +427,41 @@ static void experts_json(const struct hist *h, struct json *j)
 	json_kv_u64(j, "experts_ignored", h->ignored);
 }
 
+/* A ROUTING record in full: its ids, and its gating weights or null where
+ * the rule that saw the launch names none. */
+static void routing_json(const struct wal_record *rec, struct json *j)
+{
+	struct rec_routing r;
+	size_t i, n;
+
+	if (rec_routing_decode(rec->payload, rec->len, &r) < 0)
+		return;
+	n = (size_t)r.tokens * r.k;
+	json_key(j, "routing");
+	json_obj_begin(j);
+	json_kv_u64(j, "step", r.step);
+	json_kv_u64(j, "layer", r.layer);
+	json_kv_u64(j, "tokens", r.tokens);
+	json_kv_u64(j, "k", r.k);
+	json_kv_u64(j, "experts", r.experts);
+	json_key(j, "ids");
+	json_arr_begin(j);
+	for (i = 0; i < n; i++)
+		json_u64(j, rec_routing_id(&r, i));
+	json_arr_end(j);
+	json_kv_str(j, "weights_dtype", r.weights ? weights_names[r.flags & ROUTING_W_MASK] : NULL);
+	json_key(j, "weights");
+	if (r.weights) {
+		json_arr_begin(j);
+		for (i = 0; i < n; i++)
+			json_float(j, rec_routing_weight(&r, i));
+		json_arr_end(j);
+	} else {
+		json_str(j, NULL);
+	}
+	json_obj_end(j);
+}
+
 static void records_json(const struct report *rp, struct json *j)
 {
 	struct wal_iter it;
@@ -440,6 +483,8 @@ static void records_json(const struct report *rp, struct json *j)
 		json_kv_u64(j, "length", rec.len);
 		json_kv_u64(j, "offset", rec.offset);
 		json_kv_str(j, "summary", buf);
+		if (rec.type == WAL_REC_ROUTING)
+			routing_json(&rec, j);
 		json_obj_end(j);
 	}
 	json_arr_end(j);

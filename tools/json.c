@@ -122,6 +122,15 @@ void json_double(struct json *j, double v)
 		fputs("null", j->f);
 }
 
+void json_float(struct json *j, float v)
+{
+	sep(j);
+	if (isfinite(v))
+		fprintf(j->f, "%.9g", (double)v);
+	else
+		fputs("null", j->f);
+}
+
 void json_bool(struct json *j, int v)
 {
 	sep(j);

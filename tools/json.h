@@ -34,6 +34,8 @@ void json_str(struct json *j, const char *s);	/* NULL writes null */
 void json_u64(struct json *j, uint64_t v);
 void json_i64(struct json *j, int64_t v);
 void json_double(struct json *j, double v);	/* NaN and infinities: null */
+/* 9 significant digits, which read back as float give v exactly. */
+void json_float(struct json *j, float v);
 void json_bool(struct json *j, int v);
 
 void json_kv_str(struct json *j, const char *key, const char *s);

@@ -7,7 +7,7 @@
  * goes to the rule that owns it, as the preload would decide
  * (profile_match), and the rule's positions are checked against the
  * kernel's table (rule_fits) and the parameter types of its demangled
- * name (a pointer where it reads ids or slots, of the element type it
+ * name (a pointer where it reads ids, slots or weights, of the element type it
  * reads; an integer where it reads a count).  Kernels whose names look like routing
  * (top-k, gating, router) or KV-cache writes that no rule owns are
  * listed, by name.  A rule that misfits a kernel it owns would read the
@@ -149,6 +149,11 @@ static const char *const not_counts[] = {
 static const char *const ints32[] = { "int", NULL };
 static const char *const uints32[] = { "unsigned int", NULL };
 static const char *const ints64[] = { "long", "long long", NULL };
+static const char *const floats32[] = { "float", NULL };
+static const char *const bfloats16[] = {
+	"__nv_bfloat16", "c10::BFloat16", "cutlass::bfloat16_t", NULL
+};
+static const char *const floats16[] = { "half", "__half", "c10::Half", "cutlass::half_t", NULL };
 static const char *const any_int[] = {
 	"char", "signed char", "unsigned char", "short", "unsigned short", "int", "unsigned int",
 	"long", "unsigned long", "long long", "unsigned long long", NULL
@@ -163,8 +168,12 @@ struct typing {
 /* Whether the type of the parameter a rule reads is what it reads it as. */
 static int use_mistyped(const struct rule_use *u, void *arg)
 {
-	static const char *const dtypes[] = { "", "int32", "uint32", "int64" };
-	static const char *const *const wants[] = { NULL, ints32, uints32, ints64 };
+	static const char *const dtypes[] = {
+		"", "int32", "uint32", "int64", "float32", "bfloat16", "float16"
+	};
+	static const char *const *const wants[] = {
+		NULL, ints32, uints32, ints64, floats32, bfloats16, floats16
+	};
 	const struct typing *ty = arg;
 	char t[256], elem[256];
 	size_t n;

@@ -71,6 +71,7 @@ struct restore {
 	struct state s;
 	struct image *img;              /* per s.pool */
 	uint64_t bytes, chunks, lost, routing, requests;
+	uint64_t routing_weights;       /* of the routing: records with gating weights */
 	uint64_t stored, stored_bytes;  /* of those: from the store (the rest: zeros) */
 	unsigned lost_named;            /* under lock, with done and shown */
 	pthread_mutex_t lock;           /* the image writers' shared lines */
@@ -523,9 +524,13 @@ static int write_routing(struct restore *rs)
 		uint8_t len[4] = { (uint8_t)rec.len, (uint8_t)(rec.len >> 8),
 				   (uint8_t)(rec.len >> 16), (uint8_t)(rec.len >> 24) };
 
+		struct rec_routing rt;
+
 		fwrite(len, 1, sizeof len, f);
 		fwrite(rec.payload, 1, rec.len, f);
 		rs->routing++;
+		if (rec_routing_decode(rec.payload, rec.len, &rt) == 0 && rt.weights)
+			rs->routing_weights++;
 	}
 	return tmp_commit(rs, f, tmp, ROUTING, 0);
 }
@@ -718,6 +723,7 @@ static void manifest_json(struct json *j, const struct restore *rs)
 	json_obj_begin(j);
 	json_kv_str(j, "file", ROUTING);
 	json_kv_u64(j, "records", rs->routing);
+	json_kv_u64(j, "with_weights", rs->routing_weights);
 	json_key(j, "windows");
 	json_arr_begin(j);
 	for (size_t i = 0; i < s->nwin; i++)
@@ -909,6 +915,7 @@ static void summary(const struct restore *rs, double seconds)
 		json_kv_u64(&j, "stored_bytes", rs->stored_bytes);
 		json_kv_u64(&j, "zero_chunks", rs->chunks - rs->stored - rs->lost);
 		json_kv_u64(&j, "routing_records", rs->routing);
+		json_kv_u64(&j, "routing_with_weights", rs->routing_weights);
 		json_kv_u64(&j, "requests", rs->requests);
 		json_kv_bool(&j, "history_complete", s->history_complete);
 		json_kv_double(&j, "seconds", seconds);

@@ -39,6 +39,8 @@ void rec_routing_encode(uint8_t out[ROUTING_HDR_SIZE], const struct rec_routing 
 
 int rec_routing_decode(const uint8_t *p, size_t len, struct rec_routing *r)
 {
+	uint64_t n;
+
 	if (len < ROUTING_HDR_SIZE)
 		return -1;
 	r->step = get64(p);
@@ -49,12 +51,65 @@ int rec_routing_decode(const uint8_t *p, size_t len, struct rec_routing *r)
 	r->flags = p[19];
 	r->experts = get32(p + 20);
 	r->ids = p + ROUTING_HDR_SIZE;
-	if (r->id_bytes != 1 && r->id_bytes != 2 && r->id_bytes != 4)
+	if ((r->id_bytes != 1 && r->id_bytes != 2 && r->id_bytes != 4) ||
+	    (r->flags & ~ROUTING_W_MASK))
 		return -1;
-	/* 64-bit product: tokens and k are both untrusted. */
-	if ((uint64_t)r->tokens * r->k * r->id_bytes != len - ROUTING_HDR_SIZE)
+	/* 64-bit product: tokens and k are both untrusted (< 2^48). */
+	n = (uint64_t)r->tokens * r->k;
+	if (n * (r->id_bytes + rec_routing_weight_bytes(r)) != len - ROUTING_HDR_SIZE)
 		return -1;
+	r->weights = r->flags & ROUTING_W_MASK ? r->ids + n * r->id_bytes : NULL;
 	return 0;
+}
+
+unsigned rec_routing_weight_bytes(const struct rec_routing *r)
+{
+	static const unsigned bytes[] = {
+		[ROUTING_W_NONE] = 0, [ROUTING_W_F32] = 4, [ROUTING_W_BF16] = 2, [ROUTING_W_F16] = 2
+	};
+
+	return bytes[r->flags & ROUTING_W_MASK];
+}
+
+/* IEEE binary16 to binary32, subnormals, infinities and NaNs included. */
+static float half_to_float(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+	float f;
+
+	if (exp == 0x1f) {
+		bits = sign | 0x7f800000u | man << 13;
+	} else if (exp) {
+		bits = sign | (exp + 112) << 23 | man << 13;
+	} else {
+		/* zero or subnormal: man x 2^-24, exact in a float */
+		f = (float)man * 0x1p-24f;
+		return sign ? -f : f;
+	}
+	memcpy(&f, &bits, sizeof f);
+	return f;
+}
+
+float rec_routing_weight(const struct rec_routing *r, size_t i)
+{
+	uint32_t bits;
+	float f;
+
+	switch (r->flags & ROUTING_W_MASK) {
+	case ROUTING_W_F32:
+		bits = get32(r->weights + 4 * i);
+		break;
+	case ROUTING_W_BF16:
+		bits = (uint32_t)get16(r->weights + 2 * i) << 16;
+		break;
+	case ROUTING_W_F16:
+		return half_to_float(get16(r->weights + 2 * i));
+	default:
+		bits = 0x7fc00000u;	/* no weights: NaN, never a weight's look */
+		break;
+	}
+	memcpy(&f, &bits, sizeof f);
+	return f;
 }
 
 uint32_t rec_routing_id(const struct rec_routing *r, size_t i)

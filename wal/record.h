@@ -22,7 +22,8 @@ struct rec_epoch {
 	uint64_t start_ns;
 };
 
-/* Top-k expert ids of one layer at one decode step: tokens x k ids. */
+/* Top-k expert ids of one layer at one decode step: tokens x k ids, and
+ * the router's gating weights beside them where the rule could see them. */
 #define ROUTING_HDR_SIZE 24u
 struct rec_routing {
 	uint64_t step;
@@ -30,10 +31,18 @@ struct rec_routing {
 	uint32_t tokens;
 	uint16_t k;
 	uint8_t id_bytes;       /* 1, 2 or 4 */
-	uint8_t flags;
+	uint8_t flags;          /* bits 0-1: enum routing_weights; others 0 */
 	uint32_t experts;       /* experts in the layer (ids are < experts) */
 	const uint8_t *ids;     /* tokens * k * id_bytes bytes, little-endian */
+	const uint8_t *weights; /* tokens * k weights after the ids, or NULL */
 };
+
+/* The weights' type, as the router wrote them; NONE: the rule that saw the
+ * launch names no weights (the record has ids only). */
+enum routing_weights {
+	ROUTING_W_NONE = 0, ROUTING_W_F32 = 1, ROUTING_W_BF16 = 2, ROUTING_W_F16 = 3
+};
+#define ROUTING_W_MASK 3u
 
 /* A KV block written in a window, and where its bytes sit in the KV store. */
 #define KVREF_PAYLOAD_SIZE 40u
@@ -174,6 +183,10 @@ int rec_epoch_decode(const uint8_t *p, size_t len, struct rec_epoch *e);
 void rec_routing_encode(uint8_t out[ROUTING_HDR_SIZE], const struct rec_routing *r);
 int rec_routing_decode(const uint8_t *p, size_t len, struct rec_routing *r);
 uint32_t rec_routing_id(const struct rec_routing *r, size_t i);
+/* Bytes of one weight of the record: 4, 2, or 0 without weights. */
+unsigned rec_routing_weight_bytes(const struct rec_routing *r);
+/* Weight i (i < tokens * k) of a record with weights, as a float. */
+float rec_routing_weight(const struct rec_routing *r, size_t i);
 
 void rec_kvref_encode(uint8_t out[KVREF_PAYLOAD_SIZE], const struct rec_kvref *k);
 int rec_kvref_decode(const uint8_t *p, size_t len, struct rec_kvref *k);

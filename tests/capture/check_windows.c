@@ -19,7 +19,9 @@
  * step, layer and group with rows, exactly one ROUTING record of that step
  * and layer is the group's launch: in eager mode its rows are the real
  * ones; in graph mode they are the group's whole batch (all its sequences),
- * real rows first, and the padding after them is not compared.  Both
+ * real rows first, and the padding after them is not compared.  The
+ * record carries the rows' gating weights too (float32, vLLM's rule names
+ * them), equal bit for bit to the truth's.  Both
  * groups may route alike, so a record goes to the first group it fits
  * whose launch is not taken yet.  A record's step must be one of its own
  * window's.
@@ -53,9 +55,10 @@ struct truth {
 	unsigned layers, topk, seqs, steps;
 	size_t *row0;	/* step T's rows are row0[T] .. row0[T + 1] - 1 */
 	unsigned *seq;	/* sequence of each row, step after step */
-	/* Per step, per layer, per row: topk ids; step T's start at
-	 * row0[T] * layers * topk. */
+	/* Per step, per layer, per row: topk ids and their gating weights'
+	 * bits; step T's start at row0[T] * layers * topk. */
 	int *ids;
+	uint32_t *weights;
 	uint32_t *kv;	/* per step: the pool's CRC after it */
 };
 
@@ -96,6 +99,11 @@ static int read_line(FILE *f, char **buf, size_t *cap)
 	}
 }
 
+static uint32_t get_le32(const uint8_t *p)
+{
+	return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 static unsigned field(const char *line, const char *key)
 {
 	const char *p = strstr(line, key);
@@ -104,11 +112,12 @@ static unsigned field(const char *line, const char *key)
 }
 
 /* The keys of a step come in a fixed order: step, rows, layer 0 .. L - 1,
- * kv, then lines not needed here.  seen: how many of them the current step
- * has had. */
+ * weights 0 .. L - 1, kv, then lines not needed here.  seen: how many of
+ * them the current step has had. */
 static void read_truth(const char *path, struct truth *t)
 {
 	size_t nrows = 0, rows_cap = 0, step_cap = 0, ids_cap = 0, nids = 0, cap = 0, n, i;
+	size_t w_cap = 0, nw = 0;
 	unsigned step = 0, seen = 0, lineno = 1;
 	char *line = NULL, *p, *end;
 	FILE *f = fopen(path, "r");
@@ -126,7 +135,7 @@ static void read_truth(const char *path, struct truth *t)
 	while (read_line(f, &line, &cap)) {
 		lineno++;
 		if (strncmp(line, "step ", 5) == 0) {
-			if (step == t->steps || (step && seen < t->layers + 2) ||
+			if (step == t->steps || (step && seen < 2 * t->layers + 2) ||
 			    strtoul(line + 5, NULL, 10) != step)
 				break;
 			t->row0 = grow(t->row0, &step_cap, step + 2, sizeof *t->row0);
@@ -163,8 +172,25 @@ static void read_truth(const char *path, struct truth *t)
 			if (i < n || (*p != '\n' && *p))
 				break;
 			seen++;
+		} else if (strncmp(line, "weights ", 8) == 0) {
+			if (!step || seen < t->layers + 1 || seen > 2 * t->layers ||
+			    strtoul(line + 8, &p, 10) != seen - 1 - t->layers)
+				break;
+			n = (nrows - t->row0[step - 1]) * t->topk;
+			t->weights = grow(t->weights, &w_cap, nw + n, sizeof *t->weights);
+			/* " W,W W,W ...": a separator, then 8 hex digits */
+			for (i = 0; i < n && (*p == ' ' || *p == ','); i++, p = end) {
+				unsigned long w = strtoul(++p, &end, 16);
+
+				if (end != p + 8)
+					break;
+				t->weights[nw++] = (uint32_t)w;
+			}
+			if (i < n || (*p != '\n' && *p))
+				break;
+			seen++;
 		} else if (strncmp(line, "kv ", 3) == 0) {
-			if (!step || seen != t->layers + 1)
+			if (!step || seen != 2 * t->layers + 1)
 				break;
 			t->kv[step - 1] = (uint32_t)strtoul(line + 3, &end, 16);
 			if (end != line + 11)
@@ -172,7 +198,7 @@ static void read_truth(const char *path, struct truth *t)
 			seen++;
 		}
 	}
-	if (!feof(f) || step < t->steps || seen < t->layers + 2)
+	if (!feof(f) || step < t->steps || seen < 2 * t->layers + 2)
 		die(2, "%s:%u: malformed or cut short (at step %u of %u)", path, lineno, step,
 		    t->steps);
 	t->row0[step] = nrows;
@@ -193,23 +219,27 @@ static unsigned launch_rows(const struct truth *t, uint64_t T, unsigned g, int g
 	return real && graph ? t->seqs / NGROUPS + (g < t->seqs % NGROUPS) : real;
 }
 
-/* Does r hold group g's launch of its layer at its step, of `rows` rows?
- * Only the real rows, which come first, are compared. */
+/* Does r hold group g's launch of its layer at its step, of `rows` rows,
+ * ids and gating weights (float32, bit for bit)?  Only the real rows,
+ * which come first, are compared. */
 static int fits(const struct truth *t, const struct rec_routing *r, unsigned g, unsigned rows)
 {
-	size_t first = t->row0[r->step], n = t->row0[r->step + 1] - first, i;
+	size_t first = t->row0[r->step], n = t->row0[r->step + 1] - first, i, at;
 	const int *ids = t->ids + (first * t->layers + r->layer * n) * t->topk;
+	const uint32_t *w = t->weights + (first * t->layers + r->layer * n) * t->topk;
 	unsigned row = 0, j;
 
-	if (r->k != t->topk || r->tokens != rows)
+	if (r->k != t->topk || r->tokens != rows || (r->flags & ROUTING_W_MASK) != ROUTING_W_F32)
 		return 0;
 	for (i = 0; i < n; i++) {
 		if (t->seq[first + i] % NGROUPS != g)
 			continue;
-		for (j = 0; j < t->topk; j++)
-			if (rec_routing_id(r, (size_t)row * t->topk + j) !=
-			    (uint32_t)ids[i * t->topk + j])
+		for (j = 0; j < t->topk; j++) {
+			at = (size_t)row * t->topk + j;
+			if (rec_routing_id(r, at) != (uint32_t)ids[i * t->topk + j] ||
+			    get_le32(r->weights + 4 * at) != w[i * t->topk + j])
 				return 0;
+		}
 		row++;
 	}
 	return 1;
@@ -541,6 +571,7 @@ int main(int argc, char **argv)
 	free(t.row0);
 	free(t.seq);
 	free(t.ids);
+	free(t.weights);
 	free(t.kv);
 	return 0;
 }

@@ -50,9 +50,14 @@ def read_routing(path):
         r = Record()
         r.step, r.layer, r.tokens, r.k, width, r.flags, r.experts = \
             ROUTING_HDR.unpack_from(data, at + 4)
-        if width not in (1, 2, 4) or r.tokens * r.k * width != n - ROUTING_HDR.size:
-            raise formats.FormatError(where + ": %d tokens x %d ids of %d bytes do not "
-                                      "make its %d bytes" % (r.tokens, r.k, width, n))
+        if r.flags & ~3:
+            raise formats.FormatError(where + ": flags 0x%x" % r.flags)
+        # gating weights after the ids: none, float32, bfloat16, float16
+        wbytes = (0, 4, 2, 2)[r.flags & 3]
+        if width not in (1, 2, 4) or r.tokens * r.k * (width + wbytes) != n - ROUTING_HDR.size:
+            raise formats.FormatError(where + ": %d tokens x %d ids of %d bytes (and weights "
+                                      "of %d) do not make its %d bytes"
+                                      % (r.tokens, r.k, width, wbytes, n))
         ids = struct.unpack_from("<%d%s" % (r.tokens * r.k, "BHI"[width // 2]),
                                  data, at + 4 + ROUTING_HDR.size)
         r.rows = [ids[i * r.k:(i + 1) * r.k] for i in range(r.tokens)]

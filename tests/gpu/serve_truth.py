@@ -53,8 +53,8 @@ def read(path):
         except (IndexError, ValueError) as e:
             raise formats.FormatError("%s: step record: %s" % (where, e)) from e
         steps.append((step, seqs, ids))
-        # step, rows, the layers, kv, tokens
-        n += 4 + layers
+        # step, rows, the layers' ids, their weights, kv, tokens
+        n += 4 + 2 * layers
     return layers, experts, topk, steps
 
 

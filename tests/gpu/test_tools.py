@@ -168,6 +168,8 @@ def routing_record(step, layer, rows, experts=8, width=1, flags=0):
     ids = [i for r in rows for i in r]
     payload = check_routing.ROUTING_HDR.pack(step, layer, len(rows), k, width, flags, experts)
     payload += struct.pack("<%d%s" % (len(ids), "BHI"[width // 2]), *ids)
+    # gating weights (flags 1: float32, 2 and 3: 2 bytes each), made up
+    payload += bytes(len(ids) * (0, 4, 2, 2)[flags & 3])
     return struct.pack("<I", len(payload)) + payload
 
 
@@ -196,6 +198,13 @@ class Routing(Tmp):
             rc, out = self.setup_restore(self.records(width), self.WINDOWS, self.TRUTH)
             self.assertEqual(rc, 0, out)
             self.assertIn("steps 0-1 (2 steps in 1 windows), 2 layers, 5 token rows", out)
+
+    def test_records_with_gating_weights(self):
+        for flags in (1, 2, 3):
+            recs = [routing_record(0, 0, [[2, 1], [3, 4]], flags=flags),
+                    routing_record(0, 1, [[6, 5]], width=4, flags=flags)] + self.records()[2:]
+            rc, out = self.setup_restore(recs, self.WINDOWS, self.TRUTH)
+            self.assertEqual(rc, 0, out)
 
     def test_rows_of_one_layer_in_several_records(self):
         recs = self.records()
@@ -243,7 +252,9 @@ class Routing(Tmp):
         self.setup_restore(good, self.WINDOWS, self.TRUTH)
         for data, why in [(good[0][:-1], "does not fit"), (good[0][:3], "cut short"),
                           (struct.pack("<I", 24) + check_routing.ROUTING_HDR.pack(
-                              0, 0, 1, 2, 3, 0, 8), "do not make")]:
+                              0, 0, 1, 2, 3, 0, 8), "do not make"),
+                          (routing_record(0, 0, [[2, 1]], flags=4), "flags 0x4"),
+                          (routing_record(0, 0, [[2, 1]], flags=1)[:-2], "does not fit")]:
             self.write("out/routing.bin", data)
             rc, out = quiet(check_routing.main, [self.path("out"), self.path("truth")])
             self.assertEqual(rc, 2, why)
@@ -438,9 +449,11 @@ class KV(Tmp):
 class ServeTruth(Tmp):
     TEXT = ("moeft-serve-truth 1 layers=2 experts=8 topk=2 hidden=64 kv-heads=2 seqs=3 "
             "steps=2 vocab=512 seed=1 block-size=16 kv-blocks=2\n"
-            "step 0\nrows 0 1 2\nlayer 0 1,2 3,4 5,6\nlayer 1 0,1 2,3 4,5\nkv 00000000\n"
-            "tokens 1 2 3\n"
-            "step 1\nrows\nlayer 0\nlayer 1\nkv 00000000\ntokens\n"
+            "step 0\nrows 0 1 2\nlayer 0 1,2 3,4 5,6\nlayer 1 0,1 2,3 4,5\n"
+            "weights 0 3f000000,3e800000 3f000000,3e800000 3f000000,3e800000\n"
+            "weights 1 3f000000,3e800000 3f000000,3e800000 3f000000,3e800000\n"
+            "kv 00000000\ntokens 1 2 3\n"
+            "step 1\nrows\nlayer 0\nlayer 1\nweights 0\nweights 1\nkv 00000000\ntokens\n"
             "seq 0 join 0 leave 1 tokens 1\ntoken-hash 0\n")
 
     def test_rows_in_group_order(self):

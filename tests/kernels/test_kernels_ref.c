@@ -84,7 +84,7 @@ static void test_dtypes(void)
 	CU_ASSERT(e->seq == pos + 1);
 	CU_ASSERT(e->size == 48 + 32 && e->type == CAP_ENTRY_DATA && e->dtype == CAP_DT_I32);
 	CU_ASSERT(e->tag == 0x1122334455667788u && e->step == 42);
-	CU_ASSERT(e->rows == 3 && e->k == 2 && e->bytes == 24 && e->pad == 0);
+	CU_ASSERT(e->rows == 3 && e->k == 2 && e->bytes == 24 && e->wdtype == 0);
 	CU_ASSERT(memcmp(ids_of(e), i32, sizeof i32) == 0);
 	pos += e->size;
 	free(src);
@@ -161,11 +161,70 @@ static void test_stride(void)
 	free(r);
 }
 
+/* Gating weights after the ids: dense rows x k of 4 or 2 bytes, their bits
+ * as the source has them (a NaN and a negative zero too), whatever the ids'
+ * stride; a request that names weights without a pointer, or a type that
+ * is no weights', is a drop. */
+static void test_weights(void)
+{
+	static const int32_t ids[] = { 1, 2, 9, 3, 4, 9, 5, 6 };	/* stride 3 */
+	static const uint32_t f32[] = { 0x3f000000u, 0x3e800000u, 0x7fc00001u, 0x80000000u,
+					0x3f800000u, 0x00000001u };
+	static const uint16_t h16[] = { 0x3c00, 0x3800, 0x0001, 0xfc00, 0x7e01, 0x8000 };
+	static const int32_t want_ids[] = { 1, 2, 3, 4, 5, 6 };
+	struct cap_ring *r = new_ring();
+	struct cap_append_args a;
+	const struct cap_entry *e;
+	void *src = dup_exact(ids, 8, 4), *w;
+	uint64_t pos = 0;
+
+	w = dup_exact(f32, 6, 4);
+	a = args(r, src, CAP_DT_I32, 3, 2, 3);
+	a.wsrc = w;
+	a.wdtype = CAP_DT_F32;
+	CU_ASSERT_FATAL(cap_append_ref(&a) == 1);
+	e = entry_at(r, pos);
+	CU_ASSERT(e->rows == 3 && e->k == 2 && e->bytes == 6 * 8 && e->wdtype == CAP_DT_F32);
+	CU_ASSERT(e->size == 48 + 48);
+	CU_ASSERT(memcmp(ids_of(e), want_ids, sizeof want_ids) == 0);
+	CU_ASSERT(memcmp(ids_of(e) + 6, f32, sizeof f32) == 0);
+	pos += e->size;
+	free(w);
+
+	w = dup_exact(h16, 6, 2);
+	a.wsrc = w;
+	a.wdtype = CAP_DT_BF16;
+	CU_ASSERT_FATAL(cap_append_ref(&a) == 1);
+	e = entry_at(r, pos);
+	CU_ASSERT(e->bytes == 6 * 6 && e->wdtype == CAP_DT_BF16 && e->size == 48 + 48);
+	CU_ASSERT(memcmp(ids_of(e) + 6, h16, sizeof h16) == 0);
+	pos += e->size;
+	a.wdtype = CAP_DT_F16;
+	CU_ASSERT_FATAL(cap_append_ref(&a) == 1);
+	e = entry_at(r, pos);
+	CU_ASSERT(e->bytes == 36 && e->wdtype == CAP_DT_F16);
+	CU_ASSERT(memcmp(ids_of(e) + 6, h16, sizeof h16) == 0);
+	pos += e->size;
+	free(w);
+
+	a.wsrc = NULL;
+	CU_ASSERT(cap_append_ref(&a) == 0);
+	a.wsrc = src;
+	a.wdtype = CAP_DT_I64;
+	CU_ASSERT(cap_append_ref(&a) == 0);
+	a.wdtype = CAP_DT_F16 + 1;
+	CU_ASSERT(cap_append_ref(&a) == 0);
+	CU_ASSERT(r->head == pos && r->dropped_entries == 3);
+	free(src);
+	free(r);
+}
+
 int main(void)
 {
 	CU_TestInfo capture[] = {
 		{ "dtypes", test_dtypes },
 		{ "stride", test_stride },
+		{ "gating weights", test_weights },
 		CU_TEST_INFO_NULL,
 	};
 	CU_SuiteInfo suites[] = {

@@ -169,6 +169,12 @@ static void test_parse_features(void)
 		  "routing x ids=p4:i32 rows=p3 k=p6" },
 		{ "routing x ids=p4 rows=p3 k=p6\r",
 		  "routing x ids=p4:i32 rows=p3 k=p6" },
+		{ "routing x weights=p2 ids=p4 rows=p3 k=p6",
+		  "routing x ids=p4:i32 weights=p2:f32 rows=p3 k=p6" },
+		{ "routing x ids=p8@0:i64 rows=p4 k=p2 weights=p6@0:bf16",
+		  "routing x ids=p8@0:i64 weights=p6@0:bf16 rows=p4 k=p2" },
+		{ "routing x ids=p3 rows=grid.x k=p5 weights=p2:f16",
+		  "routing x ids=p3:i32 weights=p2:f16 rows=grid.x k=p5" },
 	};
 	size_t i;
 
@@ -252,23 +258,24 @@ static void test_parse_structure(void)
 	struct profile p = { 0 };
 
 	parse_ok(text, &p);
-	CU_ASSERT_EQUAL_FATAL(p.count, 6);
+	CU_ASSERT_EQUAL_FATAL(p.count, 12);
 	CU_ASSERT_STRING_EQUAL(p.rules[0].label, "user");
 	CU_ASSERT_EQUAL(p.rules[0].line, 3);
 	CU_ASSERT_STRING_EQUAL(p.rules[1].label, "alpha");
 	CU_ASSERT_EQUAL(p.rules[1].line, 6);
 	CU_ASSERT_STRING_EQUAL(p.rules[2].label, "beta-2.x");
 	CU_ASSERT_STRING_EQUAL(p.rules[3].label, "torch");
-	CU_ASSERT_STRING_EQUAL(p.rules[3].pattern, "*6sbtopk10gatherTopK*");
-	CU_ASSERT_STRING_EQUAL(p.rules[4].label, "torch");
+	CU_ASSERT_STRING_EQUAL(p.rules[3].pattern, "*6sbtopk10gatherTopKIN3c104HalfE*");
+	CU_ASSERT_STRING_EQUAL(p.rules[6].pattern, "*6sbtopk10gatherTopK*");
+	CU_ASSERT_STRING_EQUAL(p.rules[10].label, "torch");
 	/* The outer label is back after `use`. */
-	CU_ASSERT_STRING_EQUAL(p.rules[5].label, "beta-2.x");
-	CU_ASSERT_EQUAL(p.rules[5].kind, RULE_STEP);
-	CU_ASSERT_EQUAL(p.rules[5].line, 10);
+	CU_ASSERT_STRING_EQUAL(p.rules[11].label, "beta-2.x");
+	CU_ASSERT_EQUAL(p.rules[11].kind, RULE_STEP);
+	CU_ASSERT_EQUAL(p.rules[11].line, 10);
 
 	/* Appending: a second text adds after the first. */
 	parse_ok("step more\n", &p);
-	CU_ASSERT_EQUAL(p.count, 7);
+	CU_ASSERT_EQUAL(p.count, 13);
 	profile_free(&p);
 	CU_ASSERT_PTR_NULL(p.rules);
 	CU_ASSERT_EQUAL(p.count, 0);
@@ -289,7 +296,17 @@ static void test_parse_errors(void)
 		{ "bogus x", "t.rules:1:1: ", "unknown directive 'bogus' (expected routing, kv, step, profile or use)" },
 		{ "# c\nroutng x ids=p1 rows=1 k=1", "t.rules:2:1: ", "unknown directive 'routng'" },
 		{ "\n\nrouting x ids=p4 rowz=p3 k=p6", "t.rules:3:18: ",
-		  "unknown key 'rowz' for routing (expected ids, rows, k, stride, experts, when)" },
+		  "unknown key 'rowz' for routing (expected ids, rows, k, stride, experts, weights, when)" },
+		{ "kv x slots=p4 count=1 block=1 weights=p2", "t.rules:1:31: ",
+		  "unknown key 'weights' for kv (expected slots, count, block, pool, when)" },
+		{ "routing x ids=p4 rows=1 k=1 weights=p2:f64", "t.rules:1:40: ",
+		  "unknown dtype ':f64' (expected f32, bf16 or f16)" },
+		{ "routing x ids=p4 rows=1 k=1 weights=p2:i32", "t.rules:1:40: ",
+		  "unknown dtype ':i32' (expected f32, bf16 or f16)" },
+		{ "routing x ids=p4:f32 rows=1 k=1", "t.rules:1:18: ",
+		  "unknown dtype ':f32' (expected i32, u32 or i64)" },
+		{ "routing x ids=p4 rows=1 k=1 weights=p2 weights=p3", "t.rules:1:40: ",
+		  "duplicate key 'weights'" },
 		{ "kv x slots=p4 count=1 block=1 stride=2", "t.rules:1:31: ",
 		  "unknown key 'stride' for kv (expected slots, count, block, pool, when)" },
 		{ "step x ids=p1", "t.rules:1:8: ", "unknown key 'ids' for step (expected when)" },
@@ -414,23 +431,23 @@ static void test_first_match_wins(void)
 /* ---- built-in profiles ---------------------------------------------------- */
 
 static const char *const vllm_want[] = {
-	"routing *4vllm3moe10topkGatingI*Ej* ids=p4:u32 rows=p3 k=p6",
-	"routing *4vllm3moe10topkGatingI*El* ids=p4:i64 rows=p3 k=p6",
-	"routing *4vllm3moe10topkGatingI* ids=p4:i32 rows=p3 k=p6",
-	"routing *4vllm3moe17topkGatingSoftmaxI*Ej* ids=p4:u32 rows=p3 k=p6",
-	"routing *4vllm3moe17topkGatingSoftmaxI*El* ids=p4:i64 rows=p3 k=p6",
-	"routing *4vllm3moe17topkGatingSoftmaxI* ids=p4:i32 rows=p3 k=p6",
-	"routing *4vllm3moe22topkGatingSoftplusSqrtI*ELb?Ej* ids=p4:u32 rows=p3 k=p6",
-	"routing *4vllm3moe22topkGatingSoftplusSqrtI*ELb?El* ids=p4:i64 rows=p3 k=p6",
-	"routing *4vllm3moe22topkGatingSoftplusSqrtI* ids=p4:i32 rows=p3 k=p6",
-	"routing *4vllm3moe24dsv4HashTopkSoftplusSqrtIj* ids=p2:u32 rows=p3 k=6 experts=p4",
-	"routing *4vllm3moe24dsv4HashTopkSoftplusSqrtIl* ids=p2:i64 rows=p3 k=6 experts=p4",
-	"routing *4vllm3moe24dsv4HashTopkSoftplusSqrtI* ids=p2:i32 rows=p3 k=6 experts=p4",
-	"routing *4vllm3moe7moeTopKI*Ej* ids=p3:u32 rows=grid.x k=p6",
-	"routing *4vllm3moe7moeTopKI*El* ids=p3:i64 rows=grid.x k=p6",
-	"routing *4vllm3moe7moeTopKI* ids=p3:i32 rows=grid.x k=p6",
-	"routing *grouped_topk_fused_kernel* ids=p2:i32 rows=p4 k=p8",
-	"routing *grouped_topk_fused_small_expert_count_kernel* ids=p2:i32 rows=p4 k=p7",
+	"routing *4vllm3moe10topkGatingI*Ej* ids=p4:u32 weights=p2:f32 rows=p3 k=p6",
+	"routing *4vllm3moe10topkGatingI*El* ids=p4:i64 weights=p2:f32 rows=p3 k=p6",
+	"routing *4vllm3moe10topkGatingI* ids=p4:i32 weights=p2:f32 rows=p3 k=p6",
+	"routing *4vllm3moe17topkGatingSoftmaxI*Ej* ids=p4:u32 weights=p2:f32 rows=p3 k=p6",
+	"routing *4vllm3moe17topkGatingSoftmaxI*El* ids=p4:i64 weights=p2:f32 rows=p3 k=p6",
+	"routing *4vllm3moe17topkGatingSoftmaxI* ids=p4:i32 weights=p2:f32 rows=p3 k=p6",
+	"routing *4vllm3moe22topkGatingSoftplusSqrtI*ELb?Ej* ids=p4:u32 weights=p2:f32 rows=p3 k=p6",
+	"routing *4vllm3moe22topkGatingSoftplusSqrtI*ELb?El* ids=p4:i64 weights=p2:f32 rows=p3 k=p6",
+	"routing *4vllm3moe22topkGatingSoftplusSqrtI* ids=p4:i32 weights=p2:f32 rows=p3 k=p6",
+	"routing *4vllm3moe24dsv4HashTopkSoftplusSqrtIj* ids=p2:u32 weights=p1:f32 rows=p3 k=6 experts=p4",
+	"routing *4vllm3moe24dsv4HashTopkSoftplusSqrtIl* ids=p2:i64 weights=p1:f32 rows=p3 k=6 experts=p4",
+	"routing *4vllm3moe24dsv4HashTopkSoftplusSqrtI* ids=p2:i32 weights=p1:f32 rows=p3 k=6 experts=p4",
+	"routing *4vllm3moe7moeTopKI*Ej* ids=p3:u32 weights=p2:f32 rows=grid.x k=p6",
+	"routing *4vllm3moe7moeTopKI*El* ids=p3:i64 weights=p2:f32 rows=grid.x k=p6",
+	"routing *4vllm3moe7moeTopKI* ids=p3:i32 weights=p2:f32 rows=grid.x k=p6",
+	"routing *grouped_topk_fused_kernel* ids=p2:i32 weights=p1:f32 rows=p4 k=p8",
+	"routing *grouped_topk_fused_small_expert_count_kernel* ids=p2:i32 weights=p1:f32 rows=p4 k=p7",
 	"kv *30reshape_and_cache_flash_kernelI* slots=p4:i64 count=grid.x block=p12 pool=p2,p3",
 	"kv *24reshape_and_cache_kernelI* slots=p4:i64 count=grid.x block=p9 pool=p2,p3",
 	"kv *27concat_and_cache_mla_kernelI* slots=p3:i64 count=grid.x block=p10 pool=p2",
@@ -439,17 +456,29 @@ static const char *const vllm_want[] = {
 };
 
 static const char *const sglang_want[] = {
-	"routing *topkGatingSoftmax* ids=p4:i32 rows=p3 k=p5",
-	"routing *topkGatingSigmoid* ids=p4:i32 rows=p3 k=p5",
-	"routing *moeTopK* ids=p3:i32 rows=grid.x k=p5",
-	"routing *kimi_k2_moe_fused_gate_kernel* ids=p3:i32 rows=p4 k=p5",
-	"routing *moe_fused_gate_kernel_dynamic* ids=p3:i32 rows=p4 k=p8",
-	"routing *moe_fused_gate_kernel* ids=p3:i32 rows=p4 k=p6",
+	"routing *topkGatingSoftmax* ids=p4:i32 weights=p2:f32 rows=p3 k=p5",
+	"routing *topkGatingSigmoid* ids=p4:i32 weights=p2:f32 rows=p3 k=p5",
+	"routing *moeTopK* ids=p3:i32 weights=p2:f32 rows=grid.x k=p5",
+	"routing *kimi_k2_moe_fused_gate_kernel* ids=p3:i32 weights=p2:f32 rows=p4 k=p5",
+	"routing *moe_fused_gate_kernel_dynamic* ids=p3:i32 weights=p2:f32 rows=p4 k=p8",
+	"routing *moe_fused_gate_kernel* ids=p3:i32 weights=p2:f32 rows=p4 k=p6",
 	NULL
 };
 
 static const char *const torch_want[] = {
+	"routing *6sbtopk10gatherTopKIN3c104HalfE* ids=p8@0:i64 weights=p6@0:f16 rows=p4 k=p2 "
+	"experts=p1 when=p1<=1024 when=p9==1 when=p7==1",
+	"routing *6sbtopk10gatherTopKIN3c108BFloat16E* ids=p8@0:i64 weights=p6@0:bf16 rows=p4 k=p2 "
+	"experts=p1 when=p1<=1024 when=p9==1 when=p7==1",
+	"routing *6sbtopk10gatherTopKIf* ids=p8@0:i64 weights=p6@0:f32 rows=p4 k=p2 "
+	"experts=p1 when=p1<=1024 when=p9==1 when=p7==1",
 	"routing *6sbtopk10gatherTopK* ids=p8@0:i64 rows=p4 k=p2 experts=p1 when=p1<=1024 when=p9==1",
+	"routing *6mbtopk10gatherTopKIN3c104HalfE* ids=p8@0:i64 weights=p6@0:f16 rows=p4 k=p2 "
+	"experts=p1 when=p1<=1024 when=p9==1 when=p7==1",
+	"routing *6mbtopk10gatherTopKIN3c108BFloat16E* ids=p8@0:i64 weights=p6@0:bf16 rows=p4 k=p2 "
+	"experts=p1 when=p1<=1024 when=p9==1 when=p7==1",
+	"routing *6mbtopk10gatherTopKIf* ids=p8@0:i64 weights=p6@0:f32 rows=p4 k=p2 "
+	"experts=p1 when=p1<=1024 when=p9==1 when=p7==1",
 	"routing *6mbtopk10gatherTopK* ids=p8@0:i64 rows=p4 k=p2 experts=p1 when=p1<=1024 when=p9==1",
 	NULL
 };
@@ -573,9 +602,15 @@ static void test_builtin_names(void)
 		{ "_Z17topkGatingSigmoidI13__nv_bfloat16Li1ELi1ELi4ELi2EEvPKT_PKbPfiPiiiibPKf", "sglang",
 		  "*topkGatingSigmoid*" },
 		{ "_ZN2at6native6sbtopk10gatherTopKIfjLi2ELb0EEEvNS_4cuda6detail10TensorInfoIKT_T0_EES8_S8_bS8_S8_NS5_IS6_S8_EES8_NS5_IlS8_EES8_PS6_",
-		  "torch", "*6sbtopk10gatherTopK*" },
+		  "torch", "*6sbtopk10gatherTopKIf*" },
 		{ "_ZN2at6native6mbtopk10gatherTopKIfjNS_4cuda6detail7BitwiseIfE4typeELi2EEEvNS3_10TensorInfoIKT_T0_EES9_S9_bjS9_NS6_IS7_S9_EES9_NS6_IlS9_EES9_jjPS7_PjSD_SC_",
-		  "torch", "*6mbtopk10gatherTopK*" },
+		  "torch", "*6mbtopk10gatherTopKIf*" },
+		{ "_ZN2at6native6sbtopk10gatherTopKIN3c108BFloat16EjLi1ELb0EEEvNS_4cuda6detail10TensorInfoIKT_T0_EES9_S9_bS9_S9_NS6_IS7_S9_EES9_NS6_IlS9_EES9_PS7_",
+		  "torch", "*6sbtopk10gatherTopKIN3c108BFloat16E*" },
+		{ "_ZN2at6native6sbtopk10gatherTopKIN3c104HalfEjLi1ELb0EEEvNS_4cuda6detail10TensorInfoIKT_T0_EES9_S9_bS9_S9_NS6_IS7_S9_EES9_NS6_IlS9_EES9_PS7_",
+		  "torch", "*6sbtopk10gatherTopKIN3c104HalfE*" },
+		{ "_ZN2at6native6sbtopk10gatherTopKIdjLi1ELb0EEEvNS_4cuda6detail10TensorInfoIKT_T0_EES8_S8_bS8_S8_NS5_IS6_S8_EES8_NS5_IlS8_EES8_PS6_",
+		  "torch", "*6sbtopk10gatherTopK*" },
 		{ "_ZL13topk_moe_cudaILi128ELb1ELb0EEvPKfPfPiiif", "llamacpp", "*13topk_moe_cudaILi128E*" },
 		{ "_ZL13topk_moe_cudaILi8ELb0ELb0EEvPKfPfPiiif", "llamacpp", "*13topk_moe_cudaILi8E*" },
 		{ "_ZL13topk_moe_cudaILi96ELb1ELb0EEvPKfPfPiiif", "llamacpp", "*topk_moe_cuda*" },
@@ -626,11 +661,11 @@ static void test_load_file(void)
 	test_path(path, sizeof path, "prof");
 	CU_ASSERT_EQUAL_FATAL(test_spew(path, good, strlen(good)), 0);
 	CU_ASSERT_EQUAL(profile_load_file(path, &p, err, sizeof err), 0);
-	CU_ASSERT_EQUAL(p.count, 3);
-	CU_ASSERT_STRING_EQUAL(p.rules[2].label, "mine");
+	CU_ASSERT_EQUAL(p.count, 9);
+	CU_ASSERT_STRING_EQUAL(p.rules[8].label, "mine");
 	profile_free(&p);
 	CU_ASSERT_EQUAL(profile_load(path, &p, err, sizeof err), 0);
-	CU_ASSERT_EQUAL(p.count, 3);
+	CU_ASSERT_EQUAL(p.count, 9);
 	profile_free(&p);
 
 	CU_ASSERT_EQUAL_FATAL(test_spew(path, broken, strlen(broken)), 0);
@@ -804,6 +839,39 @@ static void test_eval_pointer_and_ints(void)
 	make_topk_gating(&f, 0, 2);
 	CU_ASSERT_EQUAL(rule_eval(&r, f.args, f.sizes, f.n, grid1, block1, &h), 1);
 	CU_ASSERT_EQUAL(h.rows, 0);
+	fake_free(&f);
+}
+
+/* Gating weights: the pointer and type the rule names, or none (0, 0) when
+ * it names none or the launch passes NULL; read like any pointer. */
+static void test_eval_weights(void)
+{
+	struct rule r = one_rule("routing x ids=p4 rows=p3 k=p6 weights=p2:bf16");
+	struct rule bare = one_rule("routing x ids=p4 rows=p3 k=p6");
+	struct rule wide = one_rule("routing x ids=p4 rows=p6 k=p6 weights=p3");
+	struct rule_hit h;
+	struct fake f;
+	uint64_t null = 0;
+
+	make_topk_gating(&f, 7, 8);
+	memset(&h, 0xa5, sizeof h);
+	CU_ASSERT_EQUAL(rule_eval(&r, f.args, f.sizes, f.n, grid1, block1, &h), 1);
+	CU_ASSERT_EQUAL(h.weights, UINT64_C(0x7f0000100000));
+	CU_ASSERT_EQUAL(h.wdtype, RULE_BF16);
+	CU_ASSERT_EQUAL(h.ptr, UINT64_C(0x7f0000200000));
+	memset(&h, 0xa5, sizeof h);
+	CU_ASSERT_EQUAL(rule_eval(&bare, f.args, f.sizes, f.n, grid1, block1, &h), 1);
+	CU_ASSERT_EQUAL(h.weights, 0);
+	CU_ASSERT_EQUAL(h.wdtype, 0);
+	/* A NULL weights pointer: the ids, without weights. */
+	memcpy(f.args[2], &null, 8);
+	memset(&h, 0xa5, sizeof h);
+	CU_ASSERT_EQUAL(rule_eval(&r, f.args, f.sizes, f.n, grid1, block1, &h), 1);
+	CU_ASSERT_EQUAL(h.ptr, UINT64_C(0x7f0000200000));
+	CU_ASSERT_EQUAL(h.weights, 0);
+	CU_ASSERT_EQUAL(h.wdtype, 0);
+	/* Weights out of a 4-byte param: the rule does not fit. */
+	CU_ASSERT_EQUAL(rule_eval(&wide, f.args, f.sizes, f.n, grid1, block1, &h), -1);
 	fake_free(&f);
 }
 
@@ -1250,6 +1318,12 @@ static void test_fits(void)
 	fits("routing x ids=p4:i32 rows=p3:i64 k=p6", topk, 9,
 	     "rows: p3 read as 8 bytes, the parameter is 4");
 	fits("routing x ids=p4 rows=p3 k=p6 stride=p1*2", topk, 9, NULL);
+	fits("routing x ids=p4:i32 weights=p2:f32 rows=p3 k=p6", topk, 9, NULL);
+	fits("routing x ids=p4:i32 weights=p3:f32 rows=p3 k=p6", topk, 9,
+	     "weights: p3: a pointer is 8 bytes, the parameter 4");
+	fits("routing x ids=p8@0:i64 weights=p6@0:f16 rows=p4 k=p2", gather, 10, NULL);
+	fits("routing x ids=p8@0:i64 weights=p6@410:f16 rows=p4 k=p2", gather, 10,
+	     "weights: p6@410: 8 bytes at byte 410 pass the end of the 416-byte parameter");
 	fits("routing x ids=p12 rows=p3 k=p6", topk, 9, "ids: p12: the kernel has 9 parameters");
 	fits("routing x ids=p8@0:i64 rows=p4 k=p2 experts=p1 when=p1<=1024 when=p9==1", gather,
 	     10, NULL);
@@ -1269,6 +1343,7 @@ static void test_fits(void)
 
 static CU_TestInfo eval_tests[] = {
 	{ "pointers and ints, sizes known and unknown", test_eval_pointer_and_ints },
+	{ "gating weights: named, absent, NULL, misfit", test_eval_weights },
 	{ "param sizes respected", test_eval_param_sizes },
 	{ "struct offsets: torch gatherTopK", test_eval_struct_offsets },
 	{ "struct offsets past the param size", test_eval_struct_bounds },

@@ -76,7 +76,7 @@ static int payload_ok(const struct cap_entry *e, const void *payload, size_t len
 
 	if (e->type != CAP_ENTRY_DATA || e->dtype != CAP_DT_I32 ||
 	    len != (size_t)e->rows * e->k * 4 || len != e->bytes ||
-	    e->size != esize(e->rows, e->k) || e->pad != 0)
+	    e->size != esize(e->rows, e->k) || e->wdtype != 0)
 		return 0;
 	for (i = 0; i < e->rows * e->k; i++)
 		if (ids[i] != pattern(e->tag, e->step, i))
@@ -521,6 +521,59 @@ static void test_damage(void)
 	free(ring);
 }
 
+/* What the consumer hands on of an entry with gating weights. */
+struct weighed {
+	int calls;
+	size_t len;
+	uint32_t wdtype;
+	uint16_t last;		/* the last weight's bits */
+};
+
+static void weighed(void *arg, const struct cap_entry *e, const void *payload, size_t len)
+{
+	struct weighed *w = arg;
+
+	w->calls++;
+	w->len = len;
+	w->wdtype = e->wdtype;
+	memcpy(&w->last, (const unsigned char *)payload + len - 2, 2);
+}
+
+/* An entry with weights is whole with its weights; one whose weight type
+ * is unknown, or whose bytes leave the weights out, is damage. */
+static void test_weights(void)
+{
+	static const uint16_t bf16[6] = { 0x3f00, 0x3e80, 0x3f80, 0x0000, 0xbf80, 0x4000 };
+	struct ring r;
+	struct cap_ring *ring = new_ring(&r, 1024);
+	unsigned char *data = (unsigned char *)ring + CAP_DATA_OFF;
+	struct cap_append_args a;
+	struct cap_entry *e;
+	struct weighed w = { 0 };
+	int32_t ids[6];
+
+	prep(&a, ring, ids, 3, 2, 1, 0);
+	a.wsrc = bf16;
+	a.wdtype = CAP_DT_BF16;
+	CU_ASSERT_FATAL(cap_append_ref(&a) == 1);
+	CU_ASSERT(ring_poll(&r, weighed, &w, NULL) == 1);
+	CU_ASSERT(w.calls == 1 && w.len == 6 * 4 + 6 * 2 && w.wdtype == CAP_DT_BF16);
+	CU_ASSERT(w.last == 0x4000);
+
+	e = (struct cap_entry *)(data + ring->head);
+	CU_ASSERT_FATAL(cap_append_ref(&a) == 1);
+	e->wdtype = CAP_DT_I64;
+	CU_ASSERT(ring_poll(&r, weighed, &w, NULL) == -EBADMSG);
+	e->wdtype = 0;
+	CU_ASSERT(ring_poll(&r, weighed, &w, NULL) == -EBADMSG);
+	e->wdtype = CAP_DT_F32;
+	CU_ASSERT(ring_poll(&r, weighed, &w, NULL) == -EBADMSG);
+	e->wdtype = CAP_DT_F16;
+	CU_ASSERT(ring_poll(&r, weighed, &w, NULL) == 1);
+	CU_ASSERT(w.calls == 2 && w.wdtype == CAP_DT_F16);
+	free(ring);
+}
+
 static void test_init(void)
 {
 	struct ring r;
@@ -549,6 +602,7 @@ int main(void)
 		{ "unpublished", test_unpublished },
 		{ "concurrent", test_concurrent },
 		{ "damage", test_damage },
+		{ "gating weights", test_weights },
 		CU_TEST_INFO_NULL,
 	};
 	CU_SuiteInfo suites[] = {

@@ -123,15 +123,24 @@ static uint64_t commits(struct fx *f)
 
 /* ---- ring entries ------------------------------------------------------ */
 
+/* An entry of rows x k ids and, with wdtype, as many weights after them in
+ * payload. */
+static void feed_weighed(struct fx *f, uint64_t tag, uint64_t step, uint32_t rows, uint32_t k,
+			 const void *payload, uint32_t wdtype)
+{
+	uint32_t bytes = rows * k * (4 + cap_weight_bytes(wdtype));
+	struct cap_entry e = { .size = (CAP_ENTRY_HDR + bytes + CAP_ALIGN - 1) & ~(CAP_ALIGN - 1),
+			       .type = CAP_ENTRY_DATA, .dtype = CAP_DT_I32, .tag = tag,
+			       .step = step, .rows = rows, .k = k, .bytes = bytes,
+			       .wdtype = wdtype };
+
+	wa_entry(f->wa, &e, payload, bytes);
+}
+
 static void feed(struct fx *f, uint64_t tag, uint64_t step, uint32_t rows, uint32_t k,
 		 const int32_t *ids)
 {
-	uint32_t bytes = rows * k * 4;
-	struct cap_entry e = { .size = (CAP_ENTRY_HDR + bytes + CAP_ALIGN - 1) & ~(CAP_ALIGN - 1),
-			       .type = CAP_ENTRY_DATA, .dtype = CAP_DT_I32, .tag = tag,
-			       .step = step, .rows = rows, .k = k, .bytes = bytes };
-
-	wa_entry(f->wa, &e, ids, bytes);
+	feed_weighed(f, tag, step, rows, k, ids, 0);
 }
 
 static void marker(struct fx *f, uint32_t lane, uint64_t step)
@@ -458,6 +467,62 @@ static void test_window(void)
 	/* Layer-0 rows: lane A 1 + 2 + 3 + 4, lane B 4 x 2. */
 	expect_steps(r, f.first_window, (struct rec_window_steps){ 0, 4, 18, 0, 0 });
 	expect_routing(r, f.first_window, w, n);
+	wal_reader_close(r);
+	fx_close(&f);
+}
+
+/* Gating weights travel with their ids into the record, typed by its
+ * flags, bit for bit; an entry without them makes a record that says so. */
+static void test_weights(void)
+{
+	static const int32_t ids[4] = { 3, 1, 0, 2 };
+	static const float values[4] = { 0.5f, 0.25f, 0.75f, -0.125f };
+	static const uint16_t bf16[4] = { 0x3f00, 0x3e80, 0x3f40, 0xbe00 };
+	static const uint16_t f16[4] = { 0x3800, 0x3400, 0x3a00, 0xb000 };
+	static const uint8_t flags[4] = { ROUTING_W_F32, ROUTING_W_BF16, ROUTING_W_F16,
+					  ROUTING_W_NONE };
+	unsigned char payload[4 * 4 + 4 * 4];
+	struct wal_reader *r;
+	struct wal_record rec;
+	struct rec_routing rt;
+	struct wal_iter it;
+	unsigned layer = 0, i;
+	struct fx f;
+
+	fx_open(&f, LOG_SIZE, 1);
+	marker(&f, A, 0);
+	memcpy(payload, ids, sizeof ids);
+	memcpy(payload + 16, values, sizeof values);
+	feed_weighed(&f, WA_TAG(1, 4, A), 0, 2, 2, payload, CAP_DT_F32);
+	memcpy(payload + 16, bf16, sizeof bf16);
+	feed_weighed(&f, WA_TAG(1, 4, A), 1, 2, 2, payload, CAP_DT_BF16);
+	memcpy(payload + 16, f16, sizeof f16);
+	feed_weighed(&f, WA_TAG(1, 4, A), 2, 2, 2, payload, CAP_DT_F16);
+	feed(&f, WA_TAG(1, 4, A), 3, 2, 2, ids);
+	snap(&f, 1);
+	expect_stats(&f, (struct wa_stats){ .entries = 4, .windows = 1, .routing = 4 });
+
+	r = reader(&f);
+	wal_iter_init(&it, r);
+	while (wal_iter_next(&it, &rec)) {
+		if (rec.type != WAL_REC_ROUTING)
+			continue;
+		CU_ASSERT_FATAL(rec_routing_decode(rec.payload, rec.len, &rt) == 0);
+		CU_ASSERT_FATAL(rt.layer == layer && layer < 4);
+		CU_ASSERT(rt.tokens == 2 && rt.k == 2 && rt.experts == 4);
+		CU_ASSERT_EQUAL(rt.flags, flags[layer]);
+		CU_ASSERT(memcmp(rt.ids, ids, sizeof ids) == 0);
+		if (layer == 3) {
+			CU_ASSERT(rt.weights == NULL && rec.len == ROUTING_HDR_SIZE + 16);
+		} else {
+			CU_ASSERT_FATAL(rt.weights != NULL);
+			CU_ASSERT_EQUAL(rec.len, ROUTING_HDR_SIZE + 16 + (layer ? 8 : 16));
+			for (i = 0; i < 4; i++)
+				CU_ASSERT(rec_routing_weight(&rt, i) == values[i]);
+		}
+		layer++;
+	}
+	CU_ASSERT_EQUAL(layer, 4);
 	wal_reader_close(r);
 	fx_close(&f);
 }
@@ -1000,6 +1065,7 @@ int main(void)
 {
 	static CU_TestInfo tests[] = {
 		{ "a window of two lanes", test_window },
+		{ "gating weights beside the ids", test_weights },
 		{ "unplaced routing and drops flag one window", test_gaps },
 		{ "KV chunks, overflow, bad staging entries", test_kv },
 		{ "a pool the store could not take", test_untracked },

@@ -92,6 +92,41 @@ print(n if i == len(b) else -1)' "$out/routing.bin")
 		[ "$records" = "$("$tool" routing "$dir/$name.wal")" ] ||
 			fail "$name: routing.bin holds $records records, the log more"
 	fi
+	# Every record carries the router's float32 gating weights (vLLM's rule
+	# names them), as manifest.routing.with_weights says; inspect --json
+	# shows them as numbers, each one of the truth's (the weights of its
+	# steps' rows, float32 bits in hex; eager runs of one process: graph
+	# runs route padding rows too, which the truth leaves out, and the
+	# truth is the log's last run's).
+	[ "$(manifest "$out" 'm["routing"]["with_weights"]')" = "$records" ] ||
+		fail "$name: not every routing record has gating weights"
+	"$moeft" inspect --wal "$dir/$name.wal" --json --records >"$out.inspect" ||
+		fail "$name: inspect --json --records failed"
+	python3 - "$out/routing.bin" "$out.inspect" "$dir/$name.truth" "${2:-}$name" <<'PY' ||
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+i = 0
+while i < len(b):
+    n = struct.unpack_from("<I", b, i)[0]
+    tokens, k, idb, flags = struct.unpack_from("<IHBB", b, i + 4 + 12)
+    assert flags == 1 and n == 24 + tokens * k * (idb + 4), (i, flags, n)
+    i += 4 + n
+truth = set()
+for line in open(sys.argv[3]):
+    if line.startswith("weights "):
+        for f in line.split()[2:]:
+            truth.update(int(w, 16) for w in f.split(","))
+if not sys.argv[4].startswith("eager"):
+    sys.exit(0)
+recs = [r["routing"] for r in json.load(open(sys.argv[2]))["record_list"] if "routing" in r]
+assert recs and all(r["weights_dtype"] == "f32" and
+                    len(r["weights"]) == len(r["ids"]) == r["tokens"] * r["k"] for r in recs)
+# each number, read as a float32, has the bits of one of the truth's
+bits = [struct.unpack("<I", struct.pack("<f", w))[0] for r in recs for w in r["weights"]]
+bad = [hex(x) for x in bits if x not in truth]
+assert not bad, bad[:5]
+PY
+		fail "$name: the routing records' weights (above)"
 	cp -r "$out" "$out.first"
 	restore "$name" "$out"
 	[ "$rc" = 0 ] || fail "$name: second restore: exit $rc: $(cat "$out.err")"

@@ -3,6 +3,7 @@
  * fields out as FORMAT.md says, and its decoder rejects every length but
  * the right one and every internally inconsistent payload.
  */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -75,12 +76,18 @@ static void test_epoch(void)
 
 /* ---- ROUTING --------------------------------------------------------- */
 
-static void routing_hdr(uint8_t *buf, uint32_t tokens, uint16_t k, uint8_t id_bytes)
+static void routing_hdr_flags(uint8_t *buf, uint32_t tokens, uint16_t k, uint8_t id_bytes,
+			      uint8_t flags)
 {
 	const struct rec_routing r = { .step = UINT64_C(0x1122334455667788), .layer = 61,
-		.tokens = tokens, .k = k, .id_bytes = id_bytes, .flags = 0x5a, .experts = 256 };
+		.tokens = tokens, .k = k, .id_bytes = id_bytes, .flags = flags, .experts = 256 };
 
 	rec_routing_encode(buf, &r);
+}
+
+static void routing_hdr(uint8_t *buf, uint32_t tokens, uint16_t k, uint8_t id_bytes)
+{
+	routing_hdr_flags(buf, tokens, k, id_bytes, ROUTING_W_NONE);
 }
 
 /* Header plus tokens*k ids of id_bytes each, id i = (i * 37 + 1) masked. */
@@ -121,9 +128,10 @@ static void test_routing_round_trip(void)
 		CU_ASSERT_EQUAL(out.tokens, 3);
 		CU_ASSERT_EQUAL(out.k, 8);
 		CU_ASSERT_EQUAL(out.id_bytes, widths[w]);
-		CU_ASSERT_EQUAL(out.flags, 0x5a);
+		CU_ASSERT_EQUAL(out.flags, 0);
 		CU_ASSERT_EQUAL(out.experts, 256);
 		CU_ASSERT_PTR_EQUAL(out.ids, buf + ROUTING_HDR_SIZE);
+		CU_ASSERT_PTR_NULL(out.weights);
 		for (i = 0; i < 24; i++) {
 			uint32_t v = (uint32_t)(i * 37 + 1);
 			uint32_t want = widths[w] == 1 ? (uint8_t)v
@@ -138,14 +146,14 @@ static void test_routing_layout(void)
 {
 	uint8_t buf[ROUTING_HDR_SIZE];
 
-	routing_hdr(buf, 0x01020304u, 0x0506, 2);
+	routing_hdr_flags(buf, 0x01020304u, 0x0506, 2, ROUTING_W_F16);
 	CU_ASSERT_EQUAL(get64(buf), UINT64_C(0x1122334455667788));
 	CU_ASSERT_EQUAL(get32(buf + 8), 61);
 	CU_ASSERT_EQUAL(buf[12], 0x04);
 	CU_ASSERT_EQUAL(get32(buf + 12), 0x01020304u);
 	CU_ASSERT_EQUAL(get16(buf + 16), 0x0506);
 	CU_ASSERT_EQUAL(buf[18], 2);
-	CU_ASSERT_EQUAL(buf[19], 0x5a);
+	CU_ASSERT_EQUAL(buf[19], 3);
 	CU_ASSERT_EQUAL(get32(buf + 20), 256);
 }
 
@@ -227,6 +235,67 @@ static void test_routing_overflow(void)
 
 		rec_routing_encode(buf, &r);
 		CU_ASSERT_EQUAL(rec_routing_decode(buf, ROUTING_HDR_SIZE + c[i].ids_len, &out), -1);
+	}
+}
+
+/* Weights after the ids, as flags bits 0-1 type them: the length must
+ * count them exactly, other flag bits are refused, and each type reads as
+ * its float (f16 subnormals, infinities and NaNs, bf16 signs). */
+static void test_routing_weights(void)
+{
+	static const uint16_t h16[] = { 0x3c00, 0xc000, 0x0001, 0x03ff, 0x7c00, 0xfc00, 0x7e00,
+					0x8000, 0x7bff };
+	static const float h16_want[] = { 1.0f, -2.0f, 0x1p-24f, 0x3ffp-24f, INFINITY, -INFINITY,
+					  NAN, -0.0f, 65504.0f };
+	uint8_t buf[ROUTING_HDR_SIZE + 9 * 4 + 9 * 4 + SLACK];
+	struct rec_routing out;
+	size_t i, len;
+	float f;
+
+	/* f16: 3 tokens x 3, ids of 4 bytes */
+	len = make_routing(buf, 3, 3, 4);
+	routing_hdr_flags(buf, 3, 3, 4, ROUTING_W_F16);
+	for (i = 0; i < 9; i++)
+		put16(buf + len + 2 * i, h16[i]);
+	CU_ASSERT_EQUAL(accepted_lengths(dec_routing, buf, len + 18, &out), 1);
+	CU_ASSERT_EQUAL_FATAL(rec_routing_decode(buf, len + 18, &out), 0);
+	CU_ASSERT_PTR_EQUAL(out.weights, buf + len);
+	CU_ASSERT_EQUAL(rec_routing_weight_bytes(&out), 2);
+	for (i = 0; i < 9; i++) {
+		f = rec_routing_weight(&out, i);
+		if (isnan(h16_want[i])) {
+			CU_ASSERT(isnan(f));
+		} else {
+			CU_ASSERT(f == h16_want[i] && signbit(f) == signbit(h16_want[i]));
+		}
+	}
+	CU_ASSERT_EQUAL(rec_routing_id(&out, 8), (uint32_t)(8 * 37 + 1) | 0x80000000u);
+
+	/* bf16: the high half of a float */
+	routing_hdr_flags(buf, 3, 3, 4, ROUTING_W_BF16);
+	put16(buf + len, 0x3f80);
+	put16(buf + len + 2, 0xbec0);
+	CU_ASSERT_EQUAL_FATAL(rec_routing_decode(buf, len + 18, &out), 0);
+	CU_ASSERT(rec_routing_weight(&out, 0) == 1.0f && rec_routing_weight(&out, 1) == -0.375f);
+
+	/* f32, and ids of 1 byte before them */
+	len = make_routing(buf, 2, 2, 1);
+	routing_hdr_flags(buf, 2, 2, 1, ROUTING_W_F32);
+	for (i = 0; i < 4; i++) {
+		f = 0.125f * (float)(i + 1);
+		memcpy(buf + len + 4 * i, &f, 4);
+	}
+	CU_ASSERT_EQUAL(accepted_lengths(dec_routing, buf, len + 16, &out), 1);
+	CU_ASSERT_EQUAL_FATAL(rec_routing_decode(buf, len + 16, &out), 0);
+	CU_ASSERT(rec_routing_weight(&out, 3) == 0.5f && out.weights == buf + len);
+
+	/* no weights: a record of ids alone; unknown flag bits refused */
+	routing_hdr_flags(buf, 2, 2, 1, ROUTING_W_NONE);
+	CU_ASSERT_EQUAL(accepted_lengths(dec_routing, buf, len, &out), 1);
+	CU_ASSERT(rec_routing_weight_bytes(&out) == 0 && isnan(rec_routing_weight(&out, 0)));
+	for (i = 2; i < 8; i++) {
+		routing_hdr_flags(buf, 2, 2, 1, (uint8_t)(1u << i));
+		CU_ASSERT_EQUAL(rec_routing_decode(buf, len, &out), -1);
 	}
 }
 
@@ -663,6 +732,7 @@ static CU_TestInfo routing_tests[] = {
 	{ "id width 1/2/4 only", test_routing_id_bytes },
 	{ "ids length must match exactly", test_routing_lengths },
 	{ "tokens*k*width does not wrap", test_routing_overflow },
+	{ "gating weights: lengths, flags, each type", test_routing_weights },
 	CU_TEST_INFO_NULL
 };
 
