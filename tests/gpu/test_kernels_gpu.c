@@ -19,7 +19,8 @@
  *    sums changed, and staged plus overflowed is the changed count.
  *  - moeft_capture_append: a sequence of appends of random shapes and
  *    element types (int32, uint32 and int64 ids, out-of-range ones among
- *    them) into a small ring, so that it wraps; after the same sequence
+ *    them; no gating weights, or float32, bfloat16 or float16 ones of
+ *    random bits) into a small ring, so that it wraps; after the same sequence
  *    the device's ring and the reference's are byte-identical.
  *
  * Usage: test_kernels_gpu [SEED]   (default: from the clock; printed)
@@ -295,16 +296,18 @@ static void ring_release(struct cap_ring *r)
 static void append_case(void)
 {
 	static const uint32_t dtypes[] = { CAP_DT_I32, CAP_DT_U32, CAP_DT_I64 };
-	size_t src_max = 64 * 16 * 8;
-	unsigned char *src = xmalloc(src_max);
+	static const uint32_t wdtypes[] = { 0, CAP_DT_F32, CAP_DT_BF16, CAP_DT_F16 };
+	size_t src_max = 64 * 16 * 8, w_max = 64 * 8 * 4;
+	unsigned char *src = xmalloc(src_max), *w = xmalloc(w_max);
 	struct cap_ring *ring_dev_host, *ring_ref = xmalloc(CAP_DATA_OFF + RING_CAP);
-	CUdeviceptr ring_dev, src_dev;
+	CUdeviceptr ring_dev, src_dev, w_dev;
 	int same = 1, i;
 
 	ring_dev_host = mapped(CAP_DATA_OFF + RING_CAP, &ring_dev);
 	ring_setup(ring_dev_host);
 	ring_setup(ring_ref);
 	CU(cuMemAlloc(&src_dev, src_max));
+	CU(cuMemAlloc(&w_dev, w_max));
 	/* Released after each append, then never: the ring wraps, then fills. */
 	for (i = 0; i < APPENDS && same; i++) {
 		int fill_up = i >= APPENDS - APPENDS / 8;
@@ -312,19 +315,26 @@ static void append_case(void)
 			.tag = next(), .step = next() % 4096,
 			.rows = fill_up ? 64 : 1 + (uint32_t)(next() % 64),
 			.k = fill_up ? 8 : 1 + (uint32_t)(next() % 8),
-			.dtype = dtypes[next() % 3],
+			.dtype = dtypes[next() % 3], .wdtype = wdtypes[next() % 4],
 		};
-		size_t elem = a.dtype == CAP_DT_I64 ? 8 : 4, len;
+		size_t elem = a.dtype == CAP_DT_I64 ? 8 : 4, len, wlen;
 
 		a.stride = a.k + (uint32_t)(next() % 3);	/* padded rows too */
 		len = (size_t)a.rows * a.stride * elem;
+		wlen = (size_t)a.rows * a.k * cap_weight_bytes(a.wdtype);
 		fill(src, len);
 		CU(cuMemcpyHtoD(src_dev, src, len));
+		if (wlen) {
+			fill(w, wlen);
+			CU(cuMemcpyHtoD(w_dev, w, wlen));
+		}
 		a.ring = (struct cap_ring *)(uintptr_t)ring_dev;
 		a.src = (const void *)(uintptr_t)src_dev;
+		a.wsrc = a.wdtype ? (const void *)(uintptr_t)w_dev : NULL;
 		launch(append_fn, 1, CAP_APPEND_THREADS, &a);
 		a.ring = ring_ref;
 		a.src = src;
+		a.wsrc = a.wdtype ? w : NULL;
 		cap_append_ref(&a);
 		same = memcmp(ring_dev_host, ring_ref, CAP_DATA_OFF + RING_CAP) == 0;
 		if (!fill_up) {
@@ -336,9 +346,11 @@ static void append_case(void)
 	check(ring_ref->head > 2 * RING_CAP, "capture append: the ring never wrapped");
 	check(ring_ref->dropped_entries > 0, "capture append: no append ever found the ring full");
 	CU(cuMemFree(src_dev));
+	CU(cuMemFree(w_dev));
 	CU(cuMemFreeHost(ring_dev_host));
 	free(ring_ref);
 	free(src);
+	free(w);
 }
 
 int main(int argc, char **argv)
