@@ -62,7 +62,17 @@ static const char vllm_rules[] =
 	"# KV: vLLM concat_and_cache_mla_kernel: [3] int64, block_size [10]; kv_cache [2]\n"
 	"kv *27concat_and_cache_mla_kernelI* slots=p3:i64 count=grid.x block=p10 pool=p2\n"
 	"# KV: vLLM concat_and_cache_mla_kernel row, \"(and ds_mla)\": same positions\n"
-	"kv *30concat_and_cache_ds_mla_kernelI* slots=p3:i64 count=grid.x block=p10 pool=p2\n";
+	"kv *30concat_and_cache_ds_mla_kernelI* slots=p3:i64 count=grid.x block=p10 pool=p2\n"
+	"# KV: vLLM concat_and_cache_mla_rope_fused_kernel (RoPE and the MLA cache write\n"
+	"# fused, a block a token): slot_mapping [12] int64, gridDim.x, block_size [16],\n"
+	"# kv_cache [11]\n"
+	"kv *38concat_and_cache_mla_rope_fused_kernelI* slots=p12:i64 count=grid.x block=p16 pool=p11\n"
+	"# KV: vLLM concat_and_cache_nvfp4_ds_mla_kernel: [3] int64, gridDim.x,\n"
+	"# block_size [8], kv_cache [2]\n"
+	"kv *36concat_and_cache_nvfp4_ds_mla_kernelE* slots=p3:i64 count=grid.x block=p8 pool=p2\n"
+	"# KV: vLLM indexer_k_quant_and_cache_kernel (DeepSeek-V3.2's indexer keys):\n"
+	"# [2] int64, gridDim.x, cache_block_size [5], kv_cache [1]\n"
+	"kv *32indexer_k_quant_and_cache_kernelI* slots=p2:i64 count=grid.x block=p5 pool=p1\n";
 
 static const char sglang_rules[] =
 	"profile sglang\n"
