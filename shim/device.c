@@ -249,9 +249,11 @@ int shim_dev_name(char *out, size_t len)
 	CUdevice dev;
 	int ordinal;
 
+	/* Before a context is current, the runtime's device: 13's or 12's. */
 	if (!(PROBE(ctx_device, cuCtxGetDevice) && ctx_device(&dev) == CUDA_SUCCESS) &&
-	    !(PROBE(rt_device, cudaGetDevice) && rt_device(&ordinal) == cudaSuccess &&
-	      PROBE(get, cuDeviceGet) && get(&dev, ordinal) == CUDA_SUCCESS))
+	    !((PROBE(rt_device, cudaGetDevice) || PROBE(rt_device, cudaGetDevice_rt12)) &&
+	      rt_device(&ordinal) == cudaSuccess && PROBE(get, cuDeviceGet) &&
+	      get(&dev, ordinal) == CUDA_SUCCESS))
 		return -1;
 	if (len > 1 && len <= INT_MAX && PROBE(bus, cuDeviceGetPCIBusId) &&
 	    bus(out, (int)len, dev) == CUDA_SUCCESS)

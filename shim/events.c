@@ -4,9 +4,11 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "hooks.h"
@@ -18,19 +20,22 @@ atomic_int shim_state;
 atomic_int shim_watch;
 struct kid_cache *shim_kids;
 
-/* Whether either runtime we wrap is loaded (by soname, however opened). */
+/* Whether a shared CUDA runtime is loaded: an object whose file is
+ * libcudart*.so.* (a wheel's renamed private copy too).  dl_iterate_phdr
+ * leaves the application's dlerror() as it was, as dlopen would not. */
+static int is_runtime(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	const char *base = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+
+	(void)size;
+	(void)arg;
+	base = base ? base + 1 : info->dlpi_name;
+	return base && strncmp(base, "libcudart", 9) == 0 && strstr(base, ".so.") != NULL;
+}
+
 static int runtime_loaded(void)
 {
-	const char *const names[] = { SHIM_CUDART_SONAME, SHIM_CUDART12_SONAME };
-	unsigned i;
-	void *h;
-
-	for (i = 0; i < sizeof names / sizeof names[0]; i++)
-		if ((h = dlopen(names[i], RTLD_NOLOAD | RTLD_LAZY))) {
-			dlclose(h);
-			return 1;
-		}
-	return 0;
+	return dl_iterate_phdr(is_runtime, NULL) != 0;
 }
 
 static void start_once(void)
@@ -49,10 +54,10 @@ static void start_once(void)
 	/* The first CUDA call with neither runtime loaded: a runtime linked
 	 * in statically calls the driver, which we wrap, and nothing else. */
 	if (on && !runtime_loaded())
-		shim_log(SHIM_LOG_WARN, "CUDA is in use with no %s or %s loaded: a CUDA runtime "
-			 "linked statically into the program is seen only through the driver "
-			 "(its allocations and launches, not its runtime calls)",
-			 SHIM_CUDART_SONAME, SHIM_CUDART12_SONAME);
+		shim_log(SHIM_LOG_WARN, "no shared CUDA runtime (%s, %s) is loaded as moeft "
+			 "starts: a runtime linked statically into the program is seen only "
+			 "through the driver (its allocations and launches, not its runtime "
+			 "calls)", SHIM_CUDART_SONAME, SHIM_CUDART12_SONAME);
 	atomic_store_explicit(&shim_state, on ? SHIM_ON : SHIM_OFF, memory_order_release);
 }
 

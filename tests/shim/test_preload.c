@@ -437,7 +437,8 @@ static void test_static_runtime(void)
 	CU_ASSERT_EQUAL(r.status, 0);
 	CU_ASSERT_STRING_EQUAL(r.out, "nest: 4 allocations\n");
 	CU_ASSERT_EQUAL(lines(r.err), 1);
-	CU_ASSERT(strstr(r.err, "no libcudart.so.13 or libcudart.so.12 loaded") != NULL &&
+	CU_ASSERT(strstr(r.err, "no shared CUDA runtime (libcudart.so.13, libcudart.so.12) is "
+			 "loaded") != NULL &&
 		  strstr(r.err, "seen only through the driver") != NULL);
 	CU_ASSERT_FATAL(read_log(path, &l) == 0);
 	CU_ASSERT_EQUAL(l.bad, 0);
