@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "crc32c.h"
+#include "format.h"
 #include "kvstore.h"
 #include "record.h"
 #include "wal.h"
@@ -97,11 +98,6 @@ static int read_line(FILE *f, char **buf, size_t *cap)
 		if (len && (*buf)[len - 1] == '\n')
 			return 1;
 	}
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-	return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 static unsigned field(const char *line, const char *key)
@@ -180,8 +176,11 @@ static void read_truth(const char *path, struct truth *t)
 			t->weights = grow(t->weights, &w_cap, nw + n, sizeof *t->weights);
 			/* " W,W W,W ...": a separator, then 8 hex digits */
 			for (i = 0; i < n && (*p == ' ' || *p == ','); i++, p = end) {
-				unsigned long w = strtoul(++p, &end, 16);
+				unsigned long w;
 
+				if (strspn(++p, "0123456789abcdef") < 8)
+					break;
+				w = strtoul(p, &end, 16);
 				if (end != p + 8)
 					break;
 				t->weights[nw++] = (uint32_t)w;
@@ -237,7 +236,7 @@ static int fits(const struct truth *t, const struct rec_routing *r, unsigned g, 
 		for (j = 0; j < t->topk; j++) {
 			at = (size_t)row * t->topk + j;
 			if (rec_routing_id(r, at) != (uint32_t)ids[i * t->topk + j] ||
-			    get_le32(r->weights + 4 * at) != w[i * t->topk + j])
+			    get32(r->weights + 4 * at) != w[i * t->topk + j])
 				return 0;
 		}
 		row++;
