@@ -83,7 +83,7 @@ build_moeft() {
 	PATH=$PATH:/usr/local/cuda/bin:$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
 	export PATH
 	{
-		[[ -f $build/build.ninja ]] || meson setup "$build" -Dcuda=enabled
+		[[ -f $build/build.ninja ]] || meson setup "$build" -Dcuda=enabled -Dhttp=disabled
 		ninja -C "$build" tools/moeft preload/libmoeft.so demo/moeft-serve \
 			tests/gpu/test_kernels_gpu
 	} >"$logdir/build.log" 2>&1 || { tail -30 "$logdir/build.log"; exit 1; }
