@@ -71,7 +71,7 @@ moeft_kv_snapshot(struct kv_snap_args a)
 		__syncthreads();
 		if (!staged)
 			continue;
-		kv_copy(kv_data(a.stage) + rv.data, src, len, t, blockDim.x);
+		kv_copy(kv_data(&a) + rv.data, src, len, t, blockDim.x);
 		__syncthreads();
 		if (t == 0)
 			kv_end(&a, c, part[0], &rv);

@@ -8,12 +8,26 @@
  * the consumer thread the snapshot is complete.  The kernel reads every
  * chunk of the pool, hashes it (kv_chunk_hash, the same function on the
  * device and the host) and compares the hash with the one it staged last
- * time (sums[], device memory).  A changed chunk is copied into the staging
- * area, pinned host memory mapped for the device, and listed in its table;
- * its new hash is stored in sums[] only then, so a chunk that found no room
- * stays changed and is staged by the next snapshot.  Before it ends the
- * kernel fences at system scope, so a host that sees the later append sees
- * the table and the staged bytes.
+ * time (sums[]).  A changed chunk is copied into the staging area, pinned
+ * host memory mapped for the device, and listed in its table; its new hash
+ * is stored in sums[] only then, so a chunk that found no room stays
+ * changed and is staged by the next snapshot.  Before it ends the kernel
+ * fences at system scope, so a host that sees the later append sees the
+ * table and the staged bytes.
+ *
+ * What every chunk touches stays in device memory: sums[], and the
+ * header whose limits a reservation reads and whose counters it adds to
+ * (ctl, a copy of the staging area's header that the preload copies in
+ * before the snapshots and back after them).  Only a changed chunk's bytes
+ * and entry cross the bus: atomics and reads over it cost a round trip
+ * each, which made a window's snapshot grow with the chunks it staged
+ * (tests/gpu/README.md, the H200 run of 2026-11-27).
+ *
+ * sums[] needs no setup: a snapshot with KVSNAP_FRESH takes every chunk's
+ * previous hash as that of zeros (a zeroed pool, torch.zeros, stages
+ * nothing until it is written) and writes every sum.  KVSNAP_FORCE counts
+ * every chunk as changed, after a window was lost; a forced or fresh chunk
+ * that finds no room gets the complement of its hash, so it stays changed.
  *
  * The hash: 64 bits, the sum (mod 2^64) over the chunk's 8-byte words w_i
  * (little-endian; a last partial word is zero-padded) of kv_mix(w_i, i),
@@ -26,9 +40,8 @@
  * integrity check: what reaches the KV store is protected by CRC-32C,
  * computed by the host as it copies.
  *
- * An all-zero chunk hashes to kv_zero_hash(len): sums[] starts there, so a
- * zeroed pool (torch.zeros) stages nothing until it is written.  It costs
- * len / 8 mixes: compute it once per chunk length (a pool has at most two).
+ * An all-zero chunk hashes to kv_zero_hash(len), which costs len / 8
+ * mixes: compute it once per chunk length (a pool has at most two).
  */
 #ifndef MOEFT_KVSNAP_H
 #define MOEFT_KVSNAP_H
@@ -53,6 +66,8 @@ extern "C" {
  * `capacity` data bytes (at data_off from the header).  The host sets the
  * read-only fields and zeroes the counters before each snapshot; the
  * device only adds to the counters (atomics) and fills what it reserved.
+ * A snapshot reads the fields and adds to the counters of its ctl header,
+ * which may be the area's own or a copy in device memory (kvsnap.h's top).
  * Entries are in no particular order, and so are their data offsets.  A
  * chunk reserves its data first (its length rounded up to KVSNAP_ALIGN),
  * then its entry; when either is short it counts in overflow, and data it
@@ -87,6 +102,9 @@ struct kv_stage_entry {
 KVSNAP_STATIC_ASSERT(sizeof(struct kv_stage) == 128, "kv_stage layout");
 KVSNAP_STATIC_ASSERT(sizeof(struct kv_stage_entry) == 32, "kv_stage_entry layout");
 
+#define KVSNAP_FRESH 1u  /* sums[] unwritten: every previous hash is of zeros */
+#define KVSNAP_FORCE 2u  /* every chunk counts as changed */
+
 /*
  * Parameters of moeft_kv_snapshot (by value).  Launch with 1-D blocks of
  * KVSNAP_THREADS threads (fewer also work) and a 1-D grid of any size
@@ -94,19 +112,24 @@ KVSNAP_STATIC_ASSERT(sizeof(struct kv_stage_entry) == 32, "kv_stage_entry layout
  * blocks per SM keep the GPU busy), no dynamic shared memory.  Chunk c
  * covers bytes [c * chunk_bytes, min((c + 1) * chunk_bytes, bytes)) of
  * pool; nchunks = ceil(bytes / chunk_bytes).  An invalid request
- * (chunk_bytes not a power of two in range, bytes 0, pool, sums or stage
- * NULL; on the device also blocks or a grid of more than one dimension)
- * does nothing.  Snapshots of different pools may run at once into one
- * staging area; two of the same pool (the same sums) may not.
+ * (chunk_bytes not a power of two in range, bytes 0, pool, sums, stage or
+ * ctl NULL, flags unknown; on the device also blocks or a grid of more
+ * than one dimension) does nothing.  Snapshots of different pools may run
+ * at once into one staging area (with one ctl); two of the same pool (the
+ * same sums) may not.
  */
 struct kv_snap_args {
 	const void *pool;        /* device memory */
 	uint64_t bytes;
 	uint64_t chunk_bytes;
-	uint64_t *sums;          /* device memory: nchunks hashes */
+	uint64_t *sums;          /* nchunks hashes (device memory, or mapped) */
 	struct kv_stage *stage;  /* the device's view of the staging area */
+	struct kv_stage *ctl;    /* its header's fields and counters: stage, or
+				    a copy in device memory */
+	uint64_t zero_whole;     /* kv_zero_hash(chunk_bytes) and of the last */
+	uint64_t zero_last;      /* chunk's length: read with KVSNAP_FRESH */
 	uint32_t pool_no;
-	uint32_t pad;
+	uint32_t flags;          /* KVSNAP_FRESH, KVSNAP_FORCE */
 };
 
 #ifndef __CUDACC__

@@ -9,7 +9,7 @@
  * kernels/.
  *
  * Per chunk: every thread sums the hash terms of its words; the block adds
- * the sums; one thread compares with sums[c] and reserves (kv_begin); the
+ * the sums; one thread compares with the previous hash and reserves (kv_begin); the
  * block copies (kv_copy); one thread writes the entry and the new sum
  * (kv_end).  After its last chunk the snapshot fences (atom_fence_sys), so
  * a host that sees anything the same stream writes later sees the staged
@@ -39,7 +39,8 @@ ALGO_FN int kv_args_ok(const struct kv_snap_args *a)
 {
 	uint64_t cb = a->chunk_bytes;
 
-	return a->pool && a->sums && a->stage && a->bytes &&
+	return a->pool && a->sums && a->stage && a->ctl && a->bytes &&
+	       !(a->flags & ~(KVSNAP_FRESH | KVSNAP_FORCE)) &&
 	       cb >= KVSNAP_MIN_CHUNK && cb <= KVSNAP_MAX_CHUNK && (cb & (cb - 1)) == 0;
 }
 
@@ -60,14 +61,16 @@ ALGO_FN const unsigned char *kv_chunk_src(const struct kv_snap_args *a, uint64_t
 	return (const unsigned char *)a->pool + c * a->chunk_bytes;
 }
 
-ALGO_FN struct kv_stage_entry *kv_table(struct kv_stage *s)
+/* The table and data of a snapshot's staging area, at the offsets its
+ * ctl header holds (the same as the area's own). */
+ALGO_FN struct kv_stage_entry *kv_table(const struct kv_snap_args *a)
 {
-	return (struct kv_stage_entry *)((unsigned char *)s + s->table_off);
+	return (struct kv_stage_entry *)((unsigned char *)a->stage + a->ctl->table_off);
 }
 
-ALGO_FN unsigned char *kv_data(struct kv_stage *s)
+ALGO_FN unsigned char *kv_data(const struct kv_snap_args *a)
 {
-	return (unsigned char *)s + s->data_off;
+	return (unsigned char *)a->stage + a->ctl->data_off;
 }
 
 /* 8-byte words in len bytes, the last one maybe partial. */
@@ -143,11 +146,29 @@ ALGO_FN int kv_reserve(struct kv_stage *s, uint64_t len, struct kv_resv *rv)
 	return 0;
 }
 
+/* The hash chunk c had when last staged. */
+ALGO_FN uint64_t kv_prev(const struct kv_snap_args *a, uint64_t c)
+{
+	if (a->flags & KVSNAP_FRESH)
+		return c + 1 < kv_nchunks(a) ? a->zero_whole : a->zero_last;
+	return a->sums[c];
+}
+
 /* One thread, once chunk c's hash h is summed: 1 when the chunk changed
- * and has room to be staged at rv. */
+ * and has room to be staged at rv.  Where sums[c] would not say that an
+ * unstaged chunk changed (fresh, or forced), it is written here. */
 ALGO_FN int kv_begin(const struct kv_snap_args *a, uint64_t c, uint64_t h, struct kv_resv *rv)
 {
-	return h != a->sums[c] && kv_reserve(a->stage, kv_chunk_len(a, c), rv);
+	if (!(a->flags & KVSNAP_FORCE) && h == kv_prev(a, c)) {
+		if (a->flags & KVSNAP_FRESH)
+			a->sums[c] = h;
+		return 0;
+	}
+	if (kv_reserve(a->ctl, kv_chunk_len(a, c), rv))
+		return 1;
+	if (a->flags & (KVSNAP_FRESH | KVSNAP_FORCE))
+		a->sums[c] = ~h;
+	return 0;
 }
 
 /* Words first, first + step, ... of the len bytes at src to dst: whole
@@ -176,7 +197,7 @@ ALGO_FN void kv_copy(unsigned char *dst, const unsigned char *src, uint64_t len,
 ALGO_FN void kv_end(const struct kv_snap_args *a, uint64_t c, uint64_t h,
 		    const struct kv_resv *rv)
 {
-	struct kv_stage_entry *e = kv_table(a->stage) + rv->entry;
+	struct kv_stage_entry *e = kv_table(a) + rv->entry;
 
 	e->pool = a->pool_no;
 	e->bytes = (uint32_t)kv_chunk_len(a, c);

@@ -23,7 +23,7 @@ void kv_snapshot_ref(const struct kv_snap_args *a)
 
 		if (!kv_begin(a, c, h, &rv))
 			continue;
-		kv_copy(kv_data(a->stage) + rv.data, src, len, 0, 1);
+		kv_copy(kv_data(a) + rv.data, src, len, 0, 1);
 		kv_end(a, c, h, &rv);
 	}
 	atom_fence_sys();

@@ -2,11 +2,14 @@
  * snapshot.c - the device side of a window boundary (snapshot.h).
  *
  * Device resources are made on the first boundary, not at start: only
- * then is a context sure to be current.  Each pool's sums[] (the hash of
- * every chunk as last staged) lives in pinned host memory mapped for the
- * device, like the staging area: the kernel reads and writes 8 bytes per
- * chunk there, and the host sets it to the hash of zeros at the pool's
- * first boundary, before any kernel can use it, without a copy.
+ * then is a context sure to be current.  What every chunk of a snapshot
+ * touches lives in device memory (kvsnap.h): each pool's sums[] (the hash
+ * of every chunk as last staged, written first by a KVSNAP_FRESH
+ * snapshot) and ctl, the staging header's copy that the snapshots reserve
+ * from, copied in before them and back to the staging area after them.
+ * Where the driver has no device memory for them they go to pinned host
+ * memory mapped for the device, as the staging area is, with one warning:
+ * the same kernel then crosses the bus for every chunk.
  *
  * The pool list grows as pools come (an array, reallocated under the list
  * lock).  snap_drop_pool (the allocation log calls it as it logs a free)
@@ -30,8 +33,8 @@ struct pool {
 	uint64_t alloc_id, base, size, chunk;
 	uint32_t pool_no;
 	atomic_int live;
-	uint64_t *sums;         /* host view of nchunks hashes; NULL until the */
-	uint64_t sums_dev;      /* first boundary; the device's view */
+	uint64_t sums;          /* the device's view of nchunks hashes; 0 until */
+	int fresh;              /* the first boundary, which writes them all */
 };
 
 static struct {
@@ -39,6 +42,8 @@ static struct {
 	struct kv_stage *stage;     /* host view; NULL until the first boundary */
 	uint64_t stage_dev;
 	uint64_t stage_len;
+	uint64_t ctl_dev;           /* the header's device copy; 0: stage_dev */
+	atomic_int force;           /* the next snapshot stages every chunk */
 	uint64_t refused;           /* a staging size the driver could not pin */
 	atomic_int busy;
 	atomic_int armed;           /* done is recorded for the busy boundary */
@@ -111,18 +116,7 @@ int snap_done(void)
 
 void snap_forget(void)
 {
-	unsigned i;
-	uint64_t c;
-
-	pthread_mutex_lock(&sn.list);
-	for (i = 0; i < sn.npools; i++) {
-		struct pool *p = &sn.pools[i];
-
-		/* Any value but the chunk's hash will do: one's complement. */
-		for (c = 0; p->sums && c < nchunks(p); c++)
-			p->sums[c] = ~p->sums[c];
-	}
-	pthread_mutex_unlock(&sn.list);
+	atomic_store_explicit(&sn.force, 1, memory_order_relaxed);
 	atomic_store_explicit(&sn.busy, 0, memory_order_release);
 }
 
@@ -141,6 +135,25 @@ static int check(int r, const char *what, char *why, size_t whylen)
 	return -1;
 }
 
+/* Device memory of len bytes for what every chunk touches, else mapped
+ * pinned host memory (one warning): the device's address, or 0. */
+static uint64_t chunk_state(uint64_t len)
+{
+	static int warned;
+	uint64_t dev;
+	void *host;
+
+	if (shim_dev_alloc(len, &dev) == 0)
+		return dev;
+	if (shim_dev_host_alloc(len, &host, &dev) != 0)
+		return 0;
+	if (!warned++)
+		msg_log(WAL_LOG_WARN, "capture: no device memory for the KV snapshot's chunk "
+			"sums (%llu bytes); pinned host memory instead, read over the bus by every "
+			"snapshot", (unsigned long long)len);
+	return dev;
+}
+
 static int open_streams(char *why, size_t whylen)
 {
 	unsigned i;
@@ -153,6 +166,9 @@ static int open_streams(char *why, size_t whylen)
 	for (i = 0; i < CLK_MAX_LANES; i++)
 		if (check(shim_dev_event(&sn.events[i]), "creating an event", why, whylen))
 			return -1;
+	/* No copy of the header: the snapshots use the staging area's own. */
+	if (shim_dev_alloc(sizeof(struct kv_stage), &sn.ctl_dev) != 0)
+		sn.ctl_dev = 0;
 	return 0;
 }
 
@@ -234,24 +250,18 @@ static int size_stage(char *why, size_t whylen)
 	return 0;
 }
 
-/* sums[] of a pool at its first boundary: the hash of zeros per chunk
- * (one value for whole chunks, one for a short last chunk). */
+/* sums[] of a pool at its first boundary, to be written by a fresh
+ * snapshot. */
 static int prepare_pool(struct pool *p, char *why, size_t whylen)
 {
-	uint64_t n = nchunks(p), c, whole, last;
-	void *host;
-
 	if (p->sums)
 		return 0;
-	if (check(shim_dev_host_alloc(n * sizeof(uint64_t), &host, &p->sums_dev),
-		  "allocating chunk sums", why, whylen))
+	if (!(p->sums = chunk_state(nchunks(p) * sizeof(uint64_t)))) {
+		snprintf(why, whylen, "no memory for the chunk sums of a KV pool of %llu bytes",
+			 (unsigned long long)p->size);
 		return -1;
-	p->sums = host;
-	whole = kv_zero_hash(p->chunk);
-	last = kv_zero_hash(p->size - (n - 1) * p->chunk);
-	for (c = 0; c + 1 < n; c++)
-		p->sums[c] = whole;
-	p->sums[n - 1] = last;
+	}
+	p->fresh = 1;
 	return 0;
 }
 
@@ -259,6 +269,8 @@ int snap_boundary(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_d
 		  struct window_asm *wa, char *why, size_t whylen)
 {
 	struct cap_append_args mark = { 0 };
+	uint64_t ctl;
+	uint32_t force;
 	unsigned i;
 
 	if (atomic_load_explicit(&sn.busy, memory_order_acquire)) {
@@ -280,22 +292,37 @@ int snap_boundary(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_d
 		    check(shim_dev_wait(sn.side, sn.events[i]), "waiting for an event", why, whylen))
 			return -1;
 	kv_stage_reset(sn.stage);
+	ctl = sn.ctl_dev ? sn.ctl_dev : sn.stage_dev;
+	if (sn.ctl_dev && check(shim_dev_copy_to_device(sn.ctl_dev, sn.stage, sizeof *sn.stage,
+							sn.side), "copying the staging header", why, whylen))
+		return -1;
+	force = atomic_exchange_explicit(&sn.force, 0, memory_order_relaxed) ? KVSNAP_FORCE : 0;
 	for (i = 0; i < sn.npools; i++) {
 		struct pool *p = &sn.pools[i];
 		struct kv_snap_args a = {
 			.pool = (const void *)(uintptr_t)p->base, .bytes = p->size,
 			.chunk_bytes = p->chunk, .stage = (struct kv_stage *)(uintptr_t)sn.stage_dev,
-			.pool_no = p->pool_no,
+			.ctl = (struct kv_stage *)(uintptr_t)ctl, .pool_no = p->pool_no,
 		};
 
 		if (!atomic_load(&p->live))
 			continue;
 		if (prepare_pool(p, why, whylen))
 			return -1;
-		a.sums = (uint64_t *)(uintptr_t)p->sums_dev;
+		a.sums = (uint64_t *)(uintptr_t)p->sums;
+		a.flags = force | (p->fresh ? KVSNAP_FRESH : 0);
+		if (p->fresh) {
+			a.zero_whole = kv_zero_hash(p->chunk);
+			a.zero_last = kv_zero_hash(p->size - (nchunks(p) - 1) * p->chunk);
+		}
 		if (check(kernels_snapshot(sn.side, &a), "launching the KV snapshot", why, whylen))
 			return -1;
+		p->fresh = 0;
 	}
+	if (sn.ctl_dev && check(shim_dev_copy_to_host(sn.stage, sn.ctl_dev, sizeof *sn.stage,
+						      sn.side), "copying the staging header back",
+				why, whylen))
+		return -1;
 	mark.ring = (struct cap_ring *)(uintptr_t)ring_dev;
 	mark.tag = WA_TAG(WA_RULE_SNAP, 0, 0);
 	mark.step = step;

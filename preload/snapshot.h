@@ -68,8 +68,8 @@ atomic_int *snap_busy(void);
  * boundary's device work has completed (snap_done), a drain must deliver
  * the mark; when busy is still set after it, the mark is lost, and the
  * chunks it staged never reached the KV store although their sums say
- * they did.  snap_forget then forgets every sum (the next snapshot copies
- * every chunk again) and clears busy.
+ * they did.  snap_forget then has the next snapshot stage every chunk
+ * (KVSNAP_FORCE) and clears busy.
  */
 int snap_done(void);
 void snap_forget(void);

@@ -140,6 +140,25 @@ int shim_dev_host_alloc(size_t len, void **host, uint64_t *dev)
 	return r;
 }
 
+int shim_dev_alloc(size_t len, uint64_t *dev)
+{
+	__typeof__(&cuThreadExchangeStreamCaptureMode) undo;
+	__typeof__(&cuMemAlloc_v2) alloc;
+	CUstreamCaptureMode mode;
+	CUdeviceptr d;
+	CUresult r;
+
+	if (!REAL(alloc, cuMemAlloc_v2))
+		return CUDA_ERROR_NOT_FOUND;
+	undo = relax(&mode);
+	r = alloc(&d, len);
+	if (undo)
+		undo(&mode);
+	if (r == CUDA_SUCCESS)
+		*dev = d;
+	return r;
+}
+
 void shim_dev_host_free(void *host)
 {
 	__typeof__(&cuMemFreeHost) release;
@@ -238,6 +257,15 @@ int shim_dev_copy_to_device(uint64_t dev, const void *src, size_t len, void *str
 	if (!REAL(copy, cuMemcpyHtoDAsync_v2))
 		return CUDA_ERROR_NOT_FOUND;
 	return copy(dev, src, len, (CUstream)stream);
+}
+
+int shim_dev_copy_to_host(void *dst, uint64_t dev, size_t len, void *stream)
+{
+	__typeof__(&cuMemcpyDtoHAsync_v2) copy;
+
+	if (!REAL(copy, cuMemcpyDtoHAsync_v2))
+		return CUDA_ERROR_NOT_FOUND;
+	return copy(dst, dev, len, (CUstream)stream);
 }
 
 int shim_dev_name(char *out, size_t len)

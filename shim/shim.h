@@ -148,6 +148,9 @@ int shim_dev_launch(void *fn, unsigned blocks, unsigned threads, void *stream, v
  * libraries do), so it never invalidates a graph being captured. */
 int shim_dev_host_alloc(size_t len, void **host, uint64_t *dev);
 void shim_dev_host_free(void *host);
+/* len bytes of device memory, never freed (moeft's own state beside the
+ * pools); the capture mode relaxed around it as for shim_dev_host_alloc. */
+int shim_dev_alloc(size_t len, uint64_t *dev);
 int shim_dev_stream(void **stream);     /* non-blocking */
 void shim_dev_stream_free(void *stream); /* its work still runs */
 int shim_dev_event(void **event);       /* without timing */
@@ -157,6 +160,7 @@ int shim_dev_wait(void *stream, void *event);
 int shim_dev_query(void *event);        /* 0: done; CUDA_ERROR_NOT_READY */
 int shim_dev_sync(void *event);         /* the host waits for it */
 int shim_dev_copy_to_device(uint64_t dev, const void *src, size_t len, void *stream);
+int shim_dev_copy_to_host(void *dst, uint64_t dev, size_t len, void *stream);
 int shim_dev_zero(uint64_t dev, size_t len, void *stream);
 /* 1 when stream is being captured into a graph, 0 when not, -1 when the
  * driver cannot tell. */

@@ -25,6 +25,8 @@
 # else build-gpu/gpu-logs/; the summary table is printed last (and kept as
 # summary.md beside the logs).  Exit status 0 when every check passed.
 # Environment: GPU_STEPS (steps of the checks' runs, default 96),
+# GPU_MODES (the checks' modes, default "eager graph"), GPU_BENCH_ARGS
+# (more options for bench.py, e.g. --skip-rto),
 # GPU_KILLS (kill.sh's kills, default 20), GPU_BUILD (the build directory,
 # default build-gpu), GPU_RUN_TIMEOUT (seconds one program run may take before
 # it is stopped and its check fails, default 600: device time is short).
@@ -258,7 +260,7 @@ tokens() {
 
 part_checks() {
 	local mode
-	for mode in eager graph; do
+	for mode in ${GPU_MODES:-eager graph}; do
 		check checks "$mode: reference run" reference "$mode"
 		[[ $mode == eager ]] && check checks "$mode: the same run again" again "$mode"
 		check checks "$mode: killed under the preload" killed "$mode"
@@ -324,8 +326,9 @@ sanitize() {
 # ---- bench -----------------------------------------------------------------------
 
 bench() {
+	# shellcheck disable=SC2086 # GPU_BENCH_ARGS: words for bench.py
 	python3 tests/gpu/bench.py --moeft "$moeft" --lib "$lib" --timeout "$run_timeout" \
-		--out "$work/bench.md" --logs "$logdir/bench"
+		--out "$work/bench.md" --logs "$logdir/bench" ${GPU_BENCH_ARGS:-}
 	say "table in bench.log"
 }
 

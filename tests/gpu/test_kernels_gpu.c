@@ -9,7 +9,9 @@
  *
  *  - moeft_kv_snapshot: pools of several sizes (a short last chunk among
  *    them), chunk sums of which about half are the chunk's true hash
- *    (unchanged chunks) and the rest random (changed).  With room for
+ *    (unchanged chunks) and the rest random (changed); as fresh snapshots
+ *    (half the chunks zeros, every sum random) and forced ones too; sums
+ *    and the ctl header in device memory, as the preload has them.  With room for
  *    every changed chunk, the device and the reference stage the same set
  *    (compared as sets: blocks take chunks in any order) with the same
  *    bytes and hashes, and leave the same sums and counters.  With room for
@@ -159,10 +161,22 @@ static uint64_t sorted_entries(const struct kv_stage *s, struct kv_stage_entry *
 	return n;
 }
 
-/* Every staged entry holds its chunk's bytes and hash, and exactly the
- * staged chunks' sums moved to their hashes. */
+/* The sum an unstaged chunk must have after a snapshot with flags: its
+ * hash h where it did not change (a fresh snapshot writes it), else the
+ * complement where fresh or forced, else the sum before. */
+static uint64_t unstaged_sum(uint32_t flags, int changed, uint64_t h, uint64_t before)
+{
+	if (!changed)
+		return flags & KVSNAP_FRESH ? h : before;
+	return flags & (KVSNAP_FRESH | KVSNAP_FORCE) ? ~h : before;
+}
+
+/* Every staged entry holds its chunk's bytes and hash, exactly the staged
+ * chunks' sums moved to their hashes, and every other sum is as
+ * unstaged_sum says. */
 static int entries_are_the_pool(const struct kv_stage *s, const unsigned char *pool,
-				uint64_t bytes, uint64_t chunk, const uint64_t *sums_before,
+				uint64_t bytes, uint64_t chunk, uint32_t flags,
+				const unsigned char *changed, const uint64_t *sums_before,
 				const uint64_t *sums_after, uint64_t nchunks)
 {
 	uint64_t n = s->entries < s->max_entries ? s->entries : s->max_entries, i, c;
@@ -173,7 +187,7 @@ static int entries_are_the_pool(const struct kv_stage *s, const unsigned char *p
 		const struct kv_stage_entry *e = &table(s)[i];
 		uint64_t len;
 
-		if (e->chunk >= nchunks || staged[e->chunk]) {
+		if (e->chunk >= nchunks || staged[e->chunk] || !changed[e->chunk]) {
 			ok = 0;
 			break;
 		}
@@ -184,44 +198,60 @@ static int entries_are_the_pool(const struct kv_stage *s, const unsigned char *p
 		     e->hash == kv_chunk_hash(pool + e->chunk * chunk, len) &&
 		     sums_after[e->chunk] == e->hash;
 	}
-	for (c = 0; ok && c < nchunks; c++)
+	for (c = 0; ok && c < nchunks; c++) {
+		uint64_t len = bytes - c * chunk < chunk ? bytes - c * chunk : chunk;
+
 		if (!staged[c])
-			ok = sums_after[c] == sums_before[c];
+			ok = sums_after[c] == unstaged_sum(flags, changed[c],
+							   kv_chunk_hash(pool + c * chunk, len),
+							   sums_before[c]);
+	}
 	free(staged);
 	return ok;
 }
 
-static void snapshot_case(uint64_t bytes, uint64_t chunk, int roomy)
+/*
+ * A snapshot as the preload makes it: sums and the ctl header in device
+ * memory (the header copied in before and back after), with flags.  The
+ * pool is random, but for about half its chunks: zeros under KVSNAP_FRESH
+ * (their previous hash is that of zeros, whatever sums[] holds), their own
+ * hash in sums[] otherwise.  The reference runs on the area's own header.
+ */
+static void snapshot_case(uint64_t bytes, uint64_t chunk, int roomy, uint32_t flags)
 {
-	uint64_t nchunks = (bytes + chunk - 1) / chunk, changed = 0, c, n_dev, n_ref;
+	uint64_t nchunks = (bytes + chunk - 1) / chunk, nchanged = 0, c, n_dev, n_ref;
 	size_t stage_len = sizeof(struct kv_stage) + (nchunks + 64) * sizeof(struct kv_stage_entry) +
 			   (roomy ? bytes + nchunks * KVSNAP_ALIGN : bytes / 4) + KVSNAP_ALIGN;
-	unsigned char *pool = xmalloc(bytes);
+	uint64_t last = bytes - (nchunks - 1) * chunk;
+	unsigned char *pool = xmalloc(bytes), *changed = xmalloc(nchunks);
 	uint64_t *sums = xmalloc(nchunks * 8), *sums_dev_after = xmalloc(nchunks * 8),
 		 *sums_ref = xmalloc(nchunks * 8);
 	struct kv_stage_entry *e_dev = xmalloc((nchunks + 64) * sizeof *e_dev),
 			      *e_ref = xmalloc((nchunks + 64) * sizeof *e_ref);
 	struct kv_stage *st_ref = xmalloc(stage_len), *st_dev;
-	CUdeviceptr pool_dev, sums_dev, stage_dev;
+	CUdeviceptr pool_dev, sums_dev, stage_dev, ctl_dev;
 	struct kv_snap_args a;
-	char what[160];
+	char what[200];
 	int same = 1;
 
 	fill(pool, bytes);
 	for (c = 0; c < nchunks; c++) {
-		uint64_t len = bytes - c * chunk < chunk ? bytes - c * chunk : chunk;
+		uint64_t len = c + 1 < nchunks ? chunk : last;
+		int keep = next() & 1;
 
-		if (next() & 1) {
+		sums[c] = next();
+		if (keep && (flags & KVSNAP_FRESH))
+			memset(pool + c * chunk, 0, len);
+		else if (keep)
 			sums[c] = kv_chunk_hash(pool + c * chunk, len);
-		} else {
-			sums[c] = next();
-			changed++;
-		}
+		changed[c] = !keep || (flags & KVSNAP_FORCE);
+		nchanged += changed[c];
 	}
 	CU(cuMemAlloc(&pool_dev, bytes));
 	CU(cuMemcpyHtoD(pool_dev, pool, bytes));
 	CU(cuMemAlloc(&sums_dev, nchunks * 8));
 	CU(cuMemcpyHtoD(sums_dev, sums, nchunks * 8));
+	CU(cuMemAlloc(&ctl_dev, sizeof(struct kv_stage)));
 	st_dev = mapped(stage_len, &stage_dev);
 	if (kv_stage_init(st_dev, stage_len, chunk) < 0 || kv_stage_init(st_ref, stage_len, chunk) < 0) {
 		fprintf(stderr, "test_kernels_gpu: kv_stage_init refused %zu bytes\n", stage_len);
@@ -229,23 +259,28 @@ static void snapshot_case(uint64_t bytes, uint64_t chunk, int roomy)
 	}
 	a = (struct kv_snap_args){ .pool = (const void *)(uintptr_t)pool_dev, .bytes = bytes,
 				   .chunk_bytes = chunk, .sums = (uint64_t *)(uintptr_t)sums_dev,
-				   .stage = (struct kv_stage *)(uintptr_t)stage_dev, .pool_no = 3 };
+				   .stage = (struct kv_stage *)(uintptr_t)stage_dev,
+				   .ctl = (struct kv_stage *)(uintptr_t)ctl_dev,
+				   .zero_whole = kv_zero_hash(chunk), .zero_last = kv_zero_hash(last),
+				   .pool_no = 3, .flags = flags };
+	CU(cuMemcpyHtoD(ctl_dev, st_dev, sizeof(struct kv_stage)));
 	launch(snapshot_fn, nchunks < 512 ? (unsigned)nchunks : 512, KVSNAP_THREADS, &a);
+	CU(cuMemcpyDtoH(st_dev, ctl_dev, sizeof(struct kv_stage)));
 	CU(cuMemcpyDtoH(sums_dev_after, sums_dev, nchunks * 8));
 
 	memcpy(sums_ref, sums, nchunks * 8);
 	a.pool = pool;
 	a.sums = sums_ref;
-	a.stage = st_ref;
+	a.stage = a.ctl = st_ref;
 	kv_snapshot_ref(&a);
 
 	snprintf(what, sizeof what, "snapshot of %" PRIu64 " bytes in chunks of %" PRIu64
-		 " (room for %s): a staged chunk is not the pool's, or a sum is wrong", bytes,
-		 chunk, roomy ? "all" : "a quarter");
-	check(entries_are_the_pool(st_dev, pool, bytes, chunk, sums, sums_dev_after, nchunks),
-	      what);
-	check(st_dev->entries + st_dev->overflow == changed &&
-	      st_ref->entries + st_ref->overflow == changed,
+		 " (room for %s, flags %u): a staged chunk is not the pool's, or a sum is wrong",
+		 bytes, chunk, roomy ? "all" : "a quarter", (unsigned)flags);
+	check(entries_are_the_pool(st_dev, pool, bytes, chunk, flags, changed, sums,
+				   sums_dev_after, nchunks), what);
+	check(st_dev->entries + st_dev->overflow == nchanged &&
+	      st_ref->entries + st_ref->overflow == nchanged,
 	      "snapshot: staged plus overflowed chunks are not the changed ones");
 	if (roomy) {
 		n_dev = sorted_entries(st_dev, e_dev);
@@ -266,8 +301,10 @@ static void snapshot_case(uint64_t bytes, uint64_t chunk, int roomy)
 	}
 	CU(cuMemFree(pool_dev));
 	CU(cuMemFree(sums_dev));
+	CU(cuMemFree(ctl_dev));
 	CU(cuMemFreeHost(st_dev));
 	free(pool);
+	free(changed);
 	free(sums);
 	free(sums_dev_after);
 	free(sums_ref);
@@ -360,6 +397,7 @@ int main(int argc, char **argv)
 	CUcontext ctx;
 	CUmodule mod;
 	char name[128];
+	uint32_t flags;
 
 	rng = seed ? seed : 1;
 	CU(cuInit(0));
@@ -382,11 +420,13 @@ int main(int argc, char **argv)
 	}
 #endif
 
-	snapshot_case(37 * 4096 + 123, 4096, 1);
-	snapshot_case(1 << 20, 65536, 1);
-	snapshot_case(3 * 65536 + 8, 65536, 1);
-	snapshot_case((64 << 20) + 4096, 65536, 1);
-	snapshot_case(200 * 4096, 4096, 0);
+	for (flags = 0; flags <= KVSNAP_FORCE; flags++) {
+		snapshot_case(37 * 4096 + 123, 4096, 1, flags);
+		snapshot_case(1 << 20, 65536, 1, flags);
+		snapshot_case(3 * 65536 + 8, 65536, 1, flags);
+		snapshot_case(200 * 4096, 4096, 0, flags);
+	}
+	snapshot_case((64 << 20) + 4096, 65536, 1, 0);
 	append_case();
 
 	CU(cuModuleUnload(mod));

@@ -1,7 +1,8 @@
 /*
  * test_kvsnap_ref.c - host reference of moeft_kv_snapshot: the chunk hash,
- * which chunks a snapshot stages and what it writes, overflow, the staging
- * area's setup, threads sharing one staging area.
+ * which chunks a snapshot stages and what it writes, overflow, fresh and
+ * forced snapshots, a header of its own (ctl), the staging area's setup,
+ * threads sharing one staging area.
  *
  * The hash is checked against values worked out independently and against
  * a plain loop written from kvsnap.h's definition.  Staging areas are read
@@ -203,6 +204,7 @@ static struct kv_snap_args args(const struct pool *p, struct kv_stage *s)
 	a.chunk_bytes = CHUNK;
 	a.sums = p->sums;
 	a.stage = s;
+	a.ctl = s;
 	a.pool_no = p->no;
 	return a;
 }
@@ -252,9 +254,13 @@ static void snapshot(struct kv_stage *s, struct pool *p)
  * of its 64-byte room is still poison) and hash, in room of its own; a
  * staged chunk's sum is its hash, every other sum is unchanged; a chunk
  * that changed and was not staged counts in overflow, with its bytes.
- * Sets p[].staged and returns the number of entries.
+ * With flags (the snapshot's): KVSNAP_FORCE, every chunk counts as
+ * changed; KVSNAP_FRESH or KVSNAP_FORCE, one not staged has the
+ * complement of its hash for a sum.  Sets p[].staged and returns the
+ * number of entries.
  */
-static uint64_t check(const struct kv_stage *s, struct pool *p, unsigned np)
+static uint64_t check_flags(const struct kv_stage *s, struct pool *p, unsigned np,
+			    uint32_t flags)
 {
 	const struct kv_stage_entry *t =
 		(const void *)((const unsigned char *)s + s->table_off);
@@ -292,7 +298,7 @@ static uint64_t check(const struct kv_stage *s, struct pool *p, unsigned np)
 		for (c = 0; c < p[k].n; c++) {
 			uint64_t h = kv_chunk_hash(chunk_at(&p[k], c), chunk_len(&p[k], c));
 
-			if (h == p[k].before[c]) {
+			if (!(flags & KVSNAP_FORCE) && h == p[k].before[c]) {
 				CU_ASSERT(!p[k].staged[c]);
 				CU_ASSERT(p[k].sums[c] == h);
 				continue;
@@ -301,7 +307,8 @@ static uint64_t check(const struct kv_stage *s, struct pool *p, unsigned np)
 			if (p[k].staged[c]) {
 				CU_ASSERT(p[k].sums[c] == h);
 			} else {
-				CU_ASSERT(p[k].sums[c] == p[k].before[c]);
+				CU_ASSERT(p[k].sums[c] == (flags & (KVSNAP_FRESH | KVSNAP_FORCE) ?
+							   ~h : p[k].before[c]));
 				lost_bytes += chunk_len(&p[k], c);
 			}
 		}
@@ -309,6 +316,11 @@ static uint64_t check(const struct kv_stage *s, struct pool *p, unsigned np)
 	CU_ASSERT(s->overflow_bytes == lost_bytes);
 	CU_ASSERT(s->overflow ? s->used >= used : s->used == used);
 	return s->entries;
+}
+
+static uint64_t check(const struct kv_stage *s, struct pool *p, unsigned np)
+{
+	return check_flags(s, p, np, 0);
 }
 
 /* ---- snapshots --------------------------------------------------------- */
@@ -414,6 +426,117 @@ static void test_overflow_entries(void)
 	free(s);
 }
 
+/* A snapshot with flags; before[] as the chunks' previous hashes, which
+ * are the hashes of zeros for a fresh one, whatever sums[] holds. */
+static void snapshot_flags(struct kv_stage *s, struct pool *p, uint32_t flags)
+{
+	struct kv_snap_args a = args(p, s);
+	uint64_t c;
+
+	prepare(s, p, 1);
+	a.flags = flags;
+	a.zero_whole = kv_zero_hash(CHUNK);
+	a.zero_last = kv_zero_hash(chunk_len(p, p->n - 1));
+	if (flags & KVSNAP_FRESH)
+		for (c = 0; c < p->n; c++)
+			p->before[c] = kv_zero_hash(chunk_len(p, c));
+	kv_snapshot_ref(&a);
+}
+
+/* A fresh snapshot reads no sum and writes them all: over poison, a
+ * zeroed pool stages nothing and every sum becomes the hash of zeros (the
+ * short last chunk's its own); written chunks are staged, and one that
+ * finds no room is staged by the next, plain snapshot. */
+static void test_fresh(void)
+{
+	enum { BYTES = 5 * CHUNK + 1003 };
+	struct kv_stage *s = stage_new(64 * 1024);
+	struct pool p;
+	uint64_t c, lost = UINT64_MAX;
+
+	pool_init(&p, 5, BYTES, 0);
+	memset(p.sums, POISON, p.n * sizeof *p.sums);
+	snapshot_flags(s, &p, KVSNAP_FRESH);
+	CU_ASSERT(check_flags(s, &p, 1, KVSNAP_FRESH) == 0 && s->used == 0);
+	for (c = 0; c < p.n; c++)
+		CU_ASSERT(p.sums[c] == kv_zero_hash(chunk_len(&p, c)));
+	CU_ASSERT(p.sums[p.n - 1] != p.sums[0]);
+
+	memset(p.sums, POISON, p.n * sizeof *p.sums);
+	p.base[CHUNK] = p.base[3 * CHUNK + 5] = p.base[BYTES - 1] = 7;
+	s->capacity = 2 * CHUNK;
+	snapshot_flags(s, &p, KVSNAP_FRESH);
+	CU_ASSERT(check_flags(s, &p, 1, KVSNAP_FRESH) == 2 && s->overflow == 1);
+	for (c = 1; c < p.n; c += 2)
+		if (!p.staged[c])
+			lost = c;
+	CU_ASSERT_FATAL(lost != UINT64_MAX);
+	CU_ASSERT(p.sums[0] == kv_zero_hash(CHUNK) && p.sums[2] == kv_zero_hash(CHUNK));
+
+	snapshot(s, &p);
+	CU_ASSERT(check(s, &p, 1) == 1 && p.staged[lost]);
+	snapshot(s, &p);
+	CU_ASSERT(check(s, &p, 1) == 0);
+	pool_free(&p);
+	free(s);
+}
+
+/* A forced snapshot stages every chunk, changed or not; those that find no
+ * room stay changed for the next. */
+static void test_force(void)
+{
+	enum { N = 6 };
+	struct kv_stage *s = stage_new(64 * 1024);
+	struct pool p;
+	uint64_t cap = s->capacity, n;
+
+	pool_init(&p, 6, N * CHUNK, 0);
+	fill_random(p.base, N * CHUNK, 5);
+	snapshot(s, &p);
+	CU_ASSERT(check(s, &p, 1) == N);
+	snapshot_flags(s, &p, KVSNAP_FORCE);
+	CU_ASSERT(check_flags(s, &p, 1, KVSNAP_FORCE) == N && s->overflow == 0);
+
+	s->capacity = 4 * CHUNK;
+	snapshot_flags(s, &p, KVSNAP_FORCE);
+	CU_ASSERT(check_flags(s, &p, 1, KVSNAP_FORCE) == 4 && s->overflow == 2);
+	s->capacity = cap;
+	snapshot(s, &p);
+	n = check(s, &p, 1);
+	CU_ASSERT(n == 2 && s->overflow == 0);
+	snapshot(s, &p);
+	CU_ASSERT(check(s, &p, 1) == 0);
+	pool_free(&p);
+	free(s);
+}
+
+/* With a header of its own (ctl, as the preload's copy in device memory),
+ * a snapshot reads its limits and adds its counters there, and writes the
+ * area's table and data at ctl's offsets; the area's header is untouched. */
+static void test_ctl(void)
+{
+	struct kv_stage *s = stage_new(64 * 1024), ctl, area_header;
+	struct kv_snap_args a;
+	struct pool p;
+
+	pool_init(&p, 8, 4 * CHUNK, 0);
+	p.base[0] = p.base[2 * CHUNK] = p.base[3 * CHUNK + 9] = 1;
+	prepare(s, &p, 1);
+	ctl = *s;
+	ctl.capacity = 2 * CHUNK;	/* the limits read are ctl's */
+	memset(s, POISON, sizeof *s);
+	area_header = *s;
+	a = args(&p, s);
+	a.ctl = &ctl;
+	kv_snapshot_ref(&a);
+	CU_ASSERT(memcmp(s, &area_header, sizeof *s) == 0);
+	CU_ASSERT(ctl.entries == 2 && ctl.overflow == 1 && ctl.used == 3 * CHUNK);
+	*s = ctl;	/* the preload's copy back */
+	CU_ASSERT(check(s, &p, 1) == 2);
+	pool_free(&p);
+	free(s);
+}
+
 /* An invalid request touches nothing. */
 static void test_invalid(void)
 {
@@ -444,6 +567,12 @@ static void test_invalid(void)
 	kv_snapshot_ref(&a);
 	a = args(&p, s);
 	a.stage = NULL;
+	kv_snapshot_ref(&a);
+	a = args(&p, s);
+	a.ctl = NULL;
+	kv_snapshot_ref(&a);
+	a = args(&p, s);
+	a.flags = 4;
 	kv_snapshot_ref(&a);
 	CU_ASSERT(s->used == 0 && s->entries == 0 && s->overflow == 0 && s->overflow_bytes == 0);
 	CU_ASSERT(all_poison((unsigned char *)s + s->table_off,
@@ -602,6 +731,9 @@ int main(void)
 		{ "snapshot", test_snapshot },
 		{ "overflow_data", test_overflow_data },
 		{ "overflow_entries", test_overflow_entries },
+		{ "fresh", test_fresh },
+		{ "force", test_force },
+		{ "ctl", test_ctl },
 		{ "invalid", test_invalid },
 		{ "stage_init", test_stage_init },
 		{ "concurrent", test_concurrent },
