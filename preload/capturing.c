@@ -17,6 +17,7 @@
 #include "clock.h"
 #include "kernels.h"
 #include "kvstore.h"
+#include "monotonic.h"
 #include "msg.h"
 #include "pools.h"
 #include "resume.h"
@@ -56,6 +57,7 @@ static struct {
 	struct capture_setup set;
 	atomic_int forked;       /* a child of fork(): the ring is the parent's */
 	atomic_ullong gaps;
+	atomic_ullong sync_ns;
 	atomic_bool said_off, said_lanes, said_mark;
 } cap = { .once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER,
 	    .drain_lock = PTHREAD_MUTEX_INITIALIZER };
@@ -292,14 +294,18 @@ static _Thread_local uint64_t my_syncs __attribute__((tls_model("initial-exec"))
 
 void capture_sync(void)
 {
+	uint64_t t0;
+
 	my_syncs++;
 	if (cap.set.commit_async || !atomic_load_explicit(snap_busy(), memory_order_acquire))
 		return;
 	/* Deliver the snapshot's mark, which commits the window. */
+	t0 = mono_ns();
 	pthread_mutex_lock(&cap.drain_lock);
 	if (atomic_load_explicit(&cap.on, memory_order_acquire) && snap_done())
 		drain();
 	pthread_mutex_unlock(&cap.drain_lock);
+	atomic_fetch_add_explicit(&cap.sync_ns, mono_ns() - t0, memory_order_relaxed);
 }
 
 /* Move the clock for a launch of kind on stream: *t says where it falls.
@@ -397,7 +403,8 @@ void capture_stats(struct capture_stats *st, struct wa_stats *win)
 {
 	st->gaps = atomic_load_explicit(&cap.gaps, memory_order_relaxed);
 	st->steps = cap.clock ? (long long)clk_step(cap.clock) + 1 : 0;
-	snap_counts(&st->boundaries, &st->skipped);
+	snap_counts(&st->boundaries, &st->skipped, &st->boundary_ns);
+	st->sync_ns = atomic_load_explicit(&cap.sync_ns, memory_order_relaxed);
 	memset(win, 0, sizeof *win);
 	if (cap.wa)
 		wa_stats(cap.wa, win);

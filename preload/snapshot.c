@@ -24,6 +24,7 @@
 #include "clock.h"
 #include "kernels.h"
 #include "kvstore.h"
+#include "monotonic.h"
 #include "msg.h"
 #include "shim.h"
 #include "snapshot.h"
@@ -50,7 +51,7 @@ static struct {
 	pthread_mutex_t list;       /* pools, npools and cap, as they grow */
 	struct pool *pools;
 	unsigned npools, cap;
-	uint64_t enqueued, skipped;
+	uint64_t enqueued, skipped, ns;
 } sn = { .list = PTHREAD_MUTEX_INITIALIZER };
 
 static uint64_t nchunks(const struct pool *p)
@@ -120,10 +121,11 @@ void snap_forget(void)
 	atomic_store_explicit(&sn.busy, 0, memory_order_release);
 }
 
-void snap_counts(uint64_t *enqueued, uint64_t *skipped)
+void snap_counts(uint64_t *enqueued, uint64_t *skipped, uint64_t *ns)
 {
 	*enqueued = sn.enqueued;
 	*skipped = sn.skipped;
+	*ns = sn.ns;
 }
 
 /* The driver's verdict on step `what`: 0, or -1 with why filled. */
@@ -265,18 +267,14 @@ static int prepare_pool(struct pool *p, char *why, size_t whylen)
 	return 0;
 }
 
-int snap_boundary(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_dev,
-		  struct window_asm *wa, char *why, size_t whylen)
+static int enqueue(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_dev,
+		   struct window_asm *wa, char *why, size_t whylen)
 {
 	struct cap_append_args mark = { 0 };
 	uint64_t ctl;
 	uint32_t force;
 	unsigned i;
 
-	if (atomic_load_explicit(&sn.busy, memory_order_acquire)) {
-		sn.skipped++;
-		return 0;
-	}
 	if (open_streams(why, whylen) || size_stage(why, whylen))
 		return -1;
 	/* Before the mark exists: a consumer that drained it while the
@@ -336,4 +334,20 @@ int snap_boundary(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_d
 			return -1;
 	sn.enqueued++;
 	return 1;
+}
+
+int snap_boundary(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_dev,
+		  struct window_asm *wa, char *why, size_t whylen)
+{
+	uint64_t t0;
+	int r;
+
+	if (atomic_load_explicit(&sn.busy, memory_order_acquire)) {
+		sn.skipped++;
+		return 0;
+	}
+	t0 = mono_ns();
+	r = enqueue(step, lanes, n, ring_dev, wa, why, whylen);
+	sn.ns += mono_ns() - t0;
+	return r;
 }

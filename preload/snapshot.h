@@ -74,7 +74,7 @@ atomic_int *snap_busy(void);
 int snap_done(void);
 void snap_forget(void);
 
-/* Boundaries enqueued and skipped. */
-void snap_counts(uint64_t *enqueued, uint64_t *skipped);
+/* Boundaries enqueued and skipped, and the time spent enqueueing them. */
+void snap_counts(uint64_t *enqueued, uint64_t *skipped, uint64_t *ns);
 
 #endif

@@ -235,7 +235,8 @@ static void summary(void)
 		"launches=%llu graph_launches=%llu captures=%llu/%llu kernels=%u named=%u "
 		"matched=%u rule_hits=%llu%s captured=%llu gaps=%llu steps=%lld "
 		"decode_windows=%llu routing=%llu unplaced=%llu kv_chunks=%llu kv_bytes=%llu "
-		"boundaries=%llu skipped=%llu window_failures=%llu kv_pools_untracked=%u",
+		"boundaries=%llu skipped=%llu window_failures=%llu commit_ms=%.1f "
+		"commit_max_ms=%.2f sync_wait_ms=%.1f boundary_ms=%.1f kv_pools_untracked=%u",
 		as.allocs, as.frees, as.live, as.windows, shim_launches(), ds.graph_launches,
 		ds.capture_begin, ds.capture_end, seen, named, claimed, total, rules,
 		(unsigned long long)win.entries, cs.gaps, cs.steps,
@@ -243,5 +244,6 @@ static void summary(void)
 		(unsigned long long)win.unplaced, (unsigned long long)win.kv_chunks,
 		(unsigned long long)win.kv_bytes, (unsigned long long)cs.boundaries,
 		(unsigned long long)cs.skipped, (unsigned long long)win.failures,
-		pools_untracked());
+		(double)win.commit_ns / 1e6, (double)win.commit_max_ns / 1e6,
+		(double)cs.sync_ns / 1e6, (double)cs.boundary_ns / 1e6, pools_untracked());
 }

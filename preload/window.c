@@ -10,6 +10,7 @@
 
 #include "diag.h"
 #include "format.h"
+#include "monotonic.h"
 #include "record.h"
 #include "window.h"
 
@@ -37,6 +38,7 @@ struct window_asm {
 	struct lane_step lanes[MAX_LANES];
 	struct {
 		atomic_ullong entries, windows, routing, unplaced, kv_chunks, kv_bytes, failures;
+		atomic_ullong commit_ns, commit_max_ns;
 	} n;
 };
 
@@ -78,7 +80,8 @@ void wa_stats(const struct window_asm *wa_c, struct wa_stats *st)
 	struct window_asm *wa = (struct window_asm *)wa_c;
 
 	*st = (struct wa_stats){ LD(entries), LD(windows), LD(routing), LD(unplaced),
-				 LD(kv_chunks), LD(kv_bytes), LD(failures) };
+				 LD(kv_chunks), LD(kv_bytes), LD(failures), LD(commit_ns),
+				 LD(commit_max_ns) };
 }
 
 /* ---- markers and routing --------------------------------------------- */
@@ -305,6 +308,8 @@ static void commit(struct window_asm *wa, uint64_t end)
 	struct wal_stats st;
 	size_t off;
 	int64_t r = 0;
+	uint64_t t0 = mono_ns(), dt;
+	unsigned long long max;
 
 	pthread_mutex_lock(wa->sink.log_lock);
 	wal_stats(wa->sink.wal, &st);
@@ -327,6 +332,13 @@ static void commit(struct window_asm *wa, uint64_t end)
 		unput_chunks(wa, st.open_window);
 	}
 	pthread_mutex_unlock(wa->sink.log_lock);
+	dt = mono_ns() - t0;
+	ADD(commit_ns, dt);
+	max = LD(commit_max_ns);
+	while (dt > max && !atomic_compare_exchange_weak_explicit(&wa->n.commit_max_ns, &max, dt,
+								  memory_order_relaxed,
+								  memory_order_relaxed))
+		;
 	if (r < 0) {
 		if (!LD(failures))
 			say_not_committed(wa, end, r, &st, wa->staged);

@@ -70,6 +70,7 @@ struct wa_sink {
 struct wa_stats {
 	uint64_t entries;       /* routing entries received */
 	uint64_t windows, routing, unplaced, kv_chunks, kv_bytes, failures;
+	uint64_t commit_ns, commit_max_ns;  /* time in commits, all and longest */
 };
 
 struct window_asm;
