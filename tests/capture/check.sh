@@ -160,6 +160,19 @@ cmp -s "$dir/plain-pinned" "$dir/pinned" || fail "short pinned memory: output di
 	fail "short pinned memory: check_windows passed a log of KV-partial windows"
 grep -q 'flags 0x2, want 0' "$dir/pinned.check" ||
 	fail "short pinned memory: $(cat "$dir/pinned.check")"
+# No device memory for the snapshot's own state (chunk sums, the staging
+# header's copy): pinned host memory instead, one warning, and every
+# window still equal to the truth.
+args="--layers=4 --seqs=8 --steps=64"
+"$serve" $args >"$dir/plain-nodev"
+FIXTURE_DRIVER_ALLOC_FAIL=1 MOEFT_WAL="$dir/nodev.wal" LD_PRELOAD="$lib" \
+	"$serve" $args --truth="$dir/nodev.truth" >"$dir/nodev" 2>"$dir/nodev.err" ||
+	fail "no device memory: run failed"
+cmp -s "$dir/plain-nodev" "$dir/nodev" || fail "no device memory: output differs"
+[ "$(grep -c "no device memory for the KV snapshot's chunk sums" "$dir/nodev.err")" = 1 ] ||
+	fail "no device memory: want one warning, got: $(cat "$dir/nodev.err")"
+"$checker" "$dir/nodev.truth" "$dir/nodev.wal" eager 16 ||
+	fail "no device memory: the windows differ from the truth"
 # Routing only (a profile without KV rules): steps come from the routing
 # launches' ids pointers; windows commit with no KV chunks.
 grep '4vllm3moe10topkGatingI' "$(dirname "$0")/../../preload/profiles_builtin.c" >/dev/null ||
