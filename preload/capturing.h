@@ -26,6 +26,7 @@
 
 #include "alloc_table.h"
 #include "profile.h"
+#include "snapshot.h"
 #include "window.h"
 
 struct wal;
@@ -79,9 +80,8 @@ void capture_sync(void);
 struct capture_stats {
 	unsigned long long gaps;     /* appends that never reached the ring */
 	long long steps;             /* the process's steps so far */
-	uint64_t boundaries, skipped;
-	uint64_t boundary_ns;        /* the application's threads' time in boundaries */
-	uint64_t sync_ns;            /* and in host waits that commit a window */
+	struct snap_counts snap;     /* boundaries (snapshot.h) */
+	uint64_t sync_ns;            /* time in host waits that commit a window */
 };
 
 void capture_stats(struct capture_stats *st, struct wa_stats *win);

@@ -40,6 +40,8 @@ struct pool {
 
 static struct {
 	void *side, *done, *events[CLK_MAX_LANES];
+	void *start;                /* timed, with done: the boundary's device time */
+	int timed;                  /* start and done recorded, not yet read */
 	struct kv_stage *stage;     /* host view; NULL until the first boundary */
 	uint64_t stage_dev;
 	uint64_t stage_len;
@@ -51,7 +53,7 @@ static struct {
 	pthread_mutex_t list;       /* pools, npools and cap, as they grow */
 	struct pool *pools;
 	unsigned npools, cap;
-	uint64_t enqueued, skipped, ns;
+	uint64_t enqueued, skipped, ns, gpu_ns, gpu_timed;
 } sn = { .list = PTHREAD_MUTEX_INITIALIZER };
 
 static uint64_t nchunks(const struct pool *p)
@@ -121,11 +123,24 @@ void snap_forget(void)
 	atomic_store_explicit(&sn.busy, 0, memory_order_release);
 }
 
-void snap_counts(uint64_t *enqueued, uint64_t *skipped, uint64_t *ns)
+void snap_counts(struct snap_counts *c)
 {
-	*enqueued = sn.enqueued;
-	*skipped = sn.skipped;
-	*ns = sn.ns;
+	*c = (struct snap_counts){ sn.enqueued, sn.skipped, sn.ns, sn.gpu_ns, sn.gpu_timed };
+}
+
+/* The last boundary's device time, from its side stream's start to done,
+ * when both have completed (a boundary is skipped while busy, so by the
+ * next one its mark was drained; done, recorded after the mark, is
+ * usually complete too). */
+static void read_timing(void)
+{
+	float ms;
+
+	if (sn.timed && shim_dev_elapsed(sn.start, sn.done, &ms) == 0 && ms >= 0) {
+		sn.gpu_ns += (uint64_t)((double)ms * 1e6);
+		sn.gpu_timed++;
+	}
+	sn.timed = 0;
 }
 
 /* The driver's verdict on step `what`: 0, or -1 with why filled. */
@@ -163,7 +178,8 @@ static int open_streams(char *why, size_t whylen)
 	if (sn.side)
 		return 0;
 	if (check(shim_dev_stream(&sn.side), "creating the side stream", why, whylen) ||
-	    check(shim_dev_event(&sn.done), "creating an event", why, whylen))
+	    check(shim_dev_timed_event(&sn.start), "creating an event", why, whylen) ||
+	    check(shim_dev_timed_event(&sn.done), "creating an event", why, whylen))
 		return -1;
 	for (i = 0; i < CLK_MAX_LANES; i++)
 		if (check(shim_dev_event(&sn.events[i]), "creating an event", why, whylen))
@@ -277,6 +293,7 @@ static int enqueue(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_
 
 	if (open_streams(why, whylen) || size_stage(why, whylen))
 		return -1;
+	read_timing();
 	/* Before the mark exists: a consumer that drained it while the
 	 * assembler held no staging area would commit the window without its
 	 * KV chunks, and one that cleared busy before it was set would leave
@@ -289,6 +306,8 @@ static int enqueue(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_
 			  whylen) ||
 		    check(shim_dev_wait(sn.side, sn.events[i]), "waiting for an event", why, whylen))
 			return -1;
+	if (check(shim_dev_record(sn.start, sn.side), "recording an event", why, whylen))
+		return -1;
 	kv_stage_reset(sn.stage);
 	ctl = sn.ctl_dev ? sn.ctl_dev : sn.stage_dev;
 	if (sn.ctl_dev && check(shim_dev_copy_to_device(sn.ctl_dev, sn.stage, sizeof *sn.stage,
@@ -329,6 +348,7 @@ static int enqueue(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_
 	    check(shim_dev_record(sn.done, sn.side), "recording an event", why, whylen))
 		return -1;
 	atomic_store_explicit(&sn.armed, 1, memory_order_release);
+	sn.timed = 1;
 	for (i = 0; i < n; i++)
 		if (check(shim_dev_wait(lanes[i], sn.done), "waiting for the snapshot", why, whylen))
 			return -1;

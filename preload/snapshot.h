@@ -74,7 +74,11 @@ atomic_int *snap_busy(void);
 int snap_done(void);
 void snap_forget(void);
 
-/* Boundaries enqueued and skipped, and the time spent enqueueing them. */
-void snap_counts(uint64_t *enqueued, uint64_t *skipped, uint64_t *ns);
+/* Boundaries enqueued and skipped, the application's time enqueueing
+ * them, and the device's time running them (of those timed). */
+struct snap_counts {
+	uint64_t enqueued, skipped, ns, gpu_ns, gpu_timed;
+};
+void snap_counts(struct snap_counts *c);
 
 #endif

@@ -236,14 +236,16 @@ static void summary(void)
 		"matched=%u rule_hits=%llu%s captured=%llu gaps=%llu steps=%lld "
 		"decode_windows=%llu routing=%llu unplaced=%llu kv_chunks=%llu kv_bytes=%llu "
 		"boundaries=%llu skipped=%llu window_failures=%llu commit_ms=%.1f "
-		"commit_max_ms=%.2f sync_wait_ms=%.1f boundary_ms=%.1f kv_pools_untracked=%u",
+		"commit_max_ms=%.2f sync_wait_ms=%.1f boundary_ms=%.1f snapshot_gpu_ms=%.1f "
+		"snapshots_timed=%llu kv_pools_untracked=%u",
 		as.allocs, as.frees, as.live, as.windows, shim_launches(), ds.graph_launches,
 		ds.capture_begin, ds.capture_end, seen, named, claimed, total, rules,
 		(unsigned long long)win.entries, cs.gaps, cs.steps,
 		(unsigned long long)win.windows, (unsigned long long)win.routing,
 		(unsigned long long)win.unplaced, (unsigned long long)win.kv_chunks,
-		(unsigned long long)win.kv_bytes, (unsigned long long)cs.boundaries,
-		(unsigned long long)cs.skipped, (unsigned long long)win.failures,
+		(unsigned long long)win.kv_bytes, (unsigned long long)cs.snap.enqueued,
+		(unsigned long long)cs.snap.skipped, (unsigned long long)win.failures,
 		(double)win.commit_ns / 1e6, (double)win.commit_max_ns / 1e6,
-		(double)cs.sync_ns / 1e6, (double)cs.boundary_ns / 1e6, pools_untracked());
+		(double)cs.sync_ns / 1e6, (double)cs.snap.ns / 1e6, (double)cs.snap.gpu_ns / 1e6,
+		(unsigned long long)cs.snap.gpu_timed, pools_untracked());
 }

@@ -206,13 +206,32 @@ void shim_dev_stream_free(void *stream)
 		destroy((CUstream)stream);
 }
 
-int shim_dev_event(void **event)
+static int new_event(void **event, unsigned flags)
 {
 	__typeof__(&cuEventCreate) create;
 
 	if (!REAL(create, cuEventCreate))
 		return CUDA_ERROR_NOT_FOUND;
-	return create((CUevent *)event, CU_EVENT_DISABLE_TIMING);
+	return create((CUevent *)event, flags);
+}
+
+int shim_dev_event(void **event)
+{
+	return new_event(event, CU_EVENT_DISABLE_TIMING);
+}
+
+int shim_dev_timed_event(void **event)
+{
+	return new_event(event, CU_EVENT_DEFAULT);
+}
+
+int shim_dev_elapsed(void *start, void *end, float *ms)
+{
+	__typeof__(&cuEventElapsedTime_v2) elapsed;
+
+	if (!REAL(elapsed, cuEventElapsedTime_v2))
+		return CUDA_ERROR_NOT_FOUND;
+	return elapsed(ms, (CUevent)start, (CUevent)end);
 }
 
 void shim_dev_event_free(void *event)

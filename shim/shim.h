@@ -154,6 +154,10 @@ int shim_dev_alloc(size_t len, uint64_t *dev);
 int shim_dev_stream(void **stream);     /* non-blocking */
 void shim_dev_stream_free(void *stream); /* its work still runs */
 int shim_dev_event(void **event);       /* without timing */
+int shim_dev_timed_event(void **event); /* with timing */
+/* Milliseconds between two completed timed events (CUDA_ERROR_NOT_READY
+ * while either is pending). */
+int shim_dev_elapsed(void *start, void *end, float *ms);
 void shim_dev_event_free(void *event);
 int shim_dev_record(void *event, void *stream);
 int shim_dev_wait(void *stream, void *event);
