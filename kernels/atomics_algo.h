@@ -11,6 +11,7 @@
  *   atom_ld_relaxed  volatile load                  load, relaxed
  *   atom_cas         atomicCAS                      strong CAS, relaxed
  *   atom_add         atomicAdd                      fetch_add, relaxed
+ *   atom_max_release __threadfence; atomicMax       CAS loop, release
  *   atom_fence_sys   __threadfence_system           fence, release
  *   atom_publish     __threadfence_system; store    store, release
  *
@@ -47,6 +48,15 @@ ALGO_FN int atom_cas(uint64_t *p, uint64_t expect, uint64_t desired)
 ALGO_FN uint64_t atom_add(uint64_t *p, uint64_t v)
 {
 	return atomicAdd((unsigned long long *)p, v);
+}
+
+/* Raise *p to v, ordering what this thread saw before it (its acquire
+ * loads included) before the new value: the fence makes the relaxed RMW
+ * a release. */
+ALGO_FN void atom_max_release(uint64_t *p, uint64_t v)
+{
+	__threadfence();
+	atomicMax((unsigned long long *)p, v);
 }
 
 /* The fence is cumulative: stores that other threads of the block made
@@ -95,6 +105,16 @@ ALGO_FN int atom_cas(uint64_t *p, uint64_t expect, uint64_t desired)
 ALGO_FN uint64_t atom_add(uint64_t *p, uint64_t v)
 {
 	return atomic_fetch_add_explicit(ATOM_P(p), v, memory_order_relaxed);
+}
+
+ALGO_FN void atom_max_release(uint64_t *p, uint64_t v)
+{
+	uint64_t cur = atomic_load_explicit(ATOM_P(p), memory_order_relaxed);
+
+	while (cur < v && !atomic_compare_exchange_weak_explicit(ATOM_P(p), &cur, v,
+								 memory_order_release,
+								 memory_order_relaxed))
+		;
 }
 
 ALGO_FN void atom_fence_sys(void)

@@ -58,6 +58,20 @@
  * atomics (one ring per device, one GPU writing them); the host only reads
  * them, for statistics.  The host writes tail alone.  Each group has its
  * own cache line.
+ *
+ * Producers in device memory (struct cap_prod).  Every word of the header
+ * is a round trip over the bus for the GPU, and an append made four of
+ * them (capacity, tail, head, the CAS on head) before writing a byte.  With
+ * cap_append_args.prod set, capacity and head live in device memory and
+ * the producers reserve there; they keep tail_seen, a tail the host
+ * released at some point (so at most the ring's tail), and read the
+ * header's tail only when tail_seen leaves too little room, raising
+ * tail_seen to it (release) before they retry.  A reservation's room is
+ * then proven by a tail the host released, as in step 1: the acquire load
+ * of the header's tail, then the release of tail_seen and the next
+ * producer's acquire of it, order the consumer's zeroing before any store
+ * into the space.  The header's head then stays 0; drops are still counted
+ * in the header (rare, and the consumer reads them).
  */
 #ifndef MOEFT_CAPTURE_H
 #define MOEFT_CAPTURE_H
@@ -129,6 +143,15 @@ struct cap_ring {
 	uint8_t pad3[64];
 };
 
+/* The producers' words in device memory: the host writes them once, before
+ * any append names them, and never again. */
+struct cap_prod {
+	uint64_t head;			/* bytes ever reserved */
+	uint64_t tail_seen;		/* a tail the host released */
+	uint64_t capacity;		/* the ring's */
+	uint8_t pad[40];
+};
+
 /*
  * Entry header.  A SKIP entry uses the first 16 bytes only, so it fits any
  * gap.  A DATA entry's payload follows the header: rows * k int32 ids,
@@ -152,6 +175,7 @@ struct cap_entry {
 #define CAP_ENTRY_HDR ((uint32_t)sizeof(struct cap_entry))
 
 CAP_STATIC_ASSERT(sizeof(struct cap_ring) == CAP_DATA_OFF, "ring header size");
+CAP_STATIC_ASSERT(sizeof(struct cap_prod) == 64, "producer words size");
 CAP_STATIC_ASSERT(sizeof(struct cap_entry) % CAP_ALIGN == 0, "entry header size");
 CAP_STATIC_ASSERT(offsetof(struct cap_entry, tag) == CAP_ALIGN, "a SKIP entry is 16 bytes");
 
@@ -176,6 +200,7 @@ struct cap_append_args {
 	const void *wsrc;	/* device memory, or NULL */
 	uint32_t wdtype;	/* CAP_DT_F32 .. CAP_DT_F16, or 0: no weights */
 	uint32_t pad;		/* zero */
+	struct cap_prod *prod;	/* device memory, or NULL: the header's words */
 };
 
 /* A reservation: a SKIP entry of `pad` bytes at pos (when pad > 0), then

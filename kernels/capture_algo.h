@@ -69,23 +69,34 @@ ALGO_FN uint64_t cap_payload_bytes(const struct cap_append_args *a)
 	return n > UINT64_MAX / 8 ? UINT64_MAX : n * (4 + cap_weight_bytes(a->wdtype));
 }
 
-/* Reserve pad + size bytes in one CAS, or nothing (see capture.h, step 1). */
-ALGO_FN int cap_reserve(struct cap_ring *r, uint64_t cap, uint32_t size,
+/* Reserve pad + size bytes in one CAS, or nothing (see capture.h, step 1,
+ * and the producers in device memory). */
+ALGO_FN int cap_reserve(struct cap_ring *r, struct cap_prod *p, uint64_t cap, uint32_t size,
 			struct cap_resv *rv)
 {
+	uint64_t *headp = p ? &p->head : &r->head;
 	unsigned t;
 
 	for (t = 0; t < CAP_CAS_TRIES; t++) {
-		uint64_t tail = atom_ld_acquire(&r->tail);
-		uint64_t head = atom_ld_relaxed(&r->head);
+		uint64_t tail = atom_ld_acquire(p ? &p->tail_seen : &r->tail);
+		uint64_t head = atom_ld_relaxed(headp);
 		uint64_t off = head & (cap - 1);
 		uint64_t pad = off + size > cap ? cap - off : 0;
 		uint64_t used = head - tail;
 
 		/* used > cap only with a damaged tail: drop, never overwrite */
-		if (used > cap || pad + size > cap - used)
+		if (used > cap)
 			return 0;
-		if (atom_cas(&r->head, head, head + pad + size)) {
+		if (pad + size > cap - used) {
+			uint64_t fresh;
+
+			/* Full as far as tail_seen says: the host's tail, once more. */
+			if (!p || (fresh = atom_ld_acquire(&r->tail)) <= tail)
+				return 0;
+			atom_max_release(&p->tail_seen, fresh);
+			continue;
+		}
+		if (atom_cas(headp, head, head + pad + size)) {
 			rv->pos = head;
 			rv->mask = cap - 1;
 			rv->pad = (uint32_t)pad;
@@ -104,14 +115,14 @@ ALGO_FN int cap_reserve(struct cap_ring *r, uint64_t cap, uint32_t size,
 ALGO_FN int cap_begin(const struct cap_append_args *a, struct cap_resv *rv)
 {
 	struct cap_ring *r = a->ring;
-	uint64_t cap = r->capacity;
+	uint64_t cap = a->prod ? a->prod->capacity : r->capacity;
 	uint64_t bytes = cap_payload_bytes(a);
 	struct cap_entry *e;
 	uint32_t size = (uint32_t)((CAP_ENTRY_HDR + bytes + CAP_ALIGN - 1) &
 				   ~(uint64_t)(CAP_ALIGN - 1));
 
 	if (!cap_dtype_ok(a->dtype) || !cap_weights_ok(a) || a->stride < a->k ||
-	    bytes > cap / 2 - CAP_ENTRY_HDR || !cap_reserve(r, cap, size, rv)) {
+	    bytes > cap / 2 - CAP_ENTRY_HDR || !cap_reserve(r, a->prod, cap, size, rv)) {
 		atom_add(&r->dropped_entries, 1);
 		atom_add(&r->dropped_bytes, bytes);
 		return 0;

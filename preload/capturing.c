@@ -42,6 +42,7 @@ static struct {
 	pthread_once_t once;
 	atomic_int on;           /* open and not failed */
 	uint64_t dev;            /* the device's address of the ring */
+	uint64_t prod;           /* of its producers' words (capture.h), or 0 */
 	/* The ring's reader: the consumer thread, a host wait committing a
 	 * window before its results reach the application, or exit. */
 	pthread_mutex_t drain_lock;
@@ -193,6 +194,30 @@ static void forked(void)
 	atomic_store_explicit(&cap.on, 0, memory_order_relaxed);
 }
 
+/* The ring's producer words in device memory, or 0 (one line): the ring's
+ * header then serves, every append crossing the bus four times more. */
+static uint64_t producers(uint64_t capacity)
+{
+	struct cap_prod p = { .capacity = capacity };
+	uint64_t dev;
+	int r;
+
+	if ((r = shim_dev_alloc(sizeof p, &dev)) != 0 ||
+	    (r = shim_dev_write(dev, &p, sizeof p)) != 0) {
+		msg_log(WAL_LOG_INFO, "capture: the ring's producer words stay in pinned host "
+			"memory (CUresult %d)", r);
+		return 0;
+	}
+	return dev;
+}
+
+/* An append into the ring, the rest of its arguments the caller's. */
+static struct cap_append_args ring_append(void)
+{
+	return (struct cap_append_args){ .ring = (struct cap_ring *)(uintptr_t)cap.dev,
+					 .prod = (struct cap_prod *)(uintptr_t)cap.prod };
+}
+
 static void capture_open(void)
 {
 	struct wa_sink sink = { .wal = cap.set.wal, .kvs = cap.set.kvs, .log_lock = allocs_lock(),
@@ -212,6 +237,7 @@ static void capture_open(void)
 		return;
 	}
 	ring_init(&cap.ring, host, ring_size(CAP_RING_BYTES));
+	cap.prod = producers(CAP_RING_BYTES);
 	if (!(cap.wa = wa_create(&sink)) || !(cap.clock = clk_create(cap.set.window))) {
 		capture_off("out of memory");
 		return;
@@ -257,12 +283,16 @@ static void boundary(uint64_t step)
 	uint64_t ids[CLK_MAX_LANES];
 	void *lanes[CLK_MAX_LANES];
 	unsigned n = clk_lanes(cap.clock, cap.last_boundary, ids, CLK_MAX_LANES), i;
+	struct cap_append_args mark = ring_append();
 	char why[160];
 	int r;
 
 	for (i = 0; i < n; i++)
 		lanes[i] = (void *)(uintptr_t)ids[i];
-	r = snap_boundary(step, lanes, n, cap.dev, cap.wa, why, sizeof why);
+	mark.tag = WA_TAG(WA_RULE_SNAP, 0, 0);
+	mark.step = step;
+	mark.dtype = CAP_DT_I32;
+	r = snap_boundary(&mark, lanes, n, cap.wa, why, sizeof why);
 	if (r < 0)
 		capture_off(why);
 	else if (r > 0)
@@ -273,12 +303,11 @@ static void boundary(uint64_t step)
  * when graph is set); the capture lock held. */
 static void step_started(void *stream, const struct clk_tick *t, int graph)
 {
-	struct cap_append_args m = {
-		.ring = (struct cap_ring *)(uintptr_t)cap.dev,
-		.tag = WA_TAG(WA_RULE_MARKER, 0, wa_lane((uintptr_t)stream)),
-		.step = t->step, .dtype = CAP_DT_I32,
-	};
+	struct cap_append_args m = ring_append();
 
+	m.tag = WA_TAG(WA_RULE_MARKER, 0, wa_lane((uintptr_t)stream));
+	m.step = t->step;
+	m.dtype = CAP_DT_I32;
 	if (t->boundary)
 		boundary(t->step);
 	if (atomic_load_explicit(&cap.on, memory_order_relaxed) && append_on(stream, &m) == 0 &&
@@ -365,18 +394,18 @@ int capture_hit(int rule, const struct rule_hit *h, void *stream, struct capture
 void capture_after(const struct capture_after *x)
 {
 	const struct rule_hit *h = &x->hit;
-	struct cap_append_args a = {
-		.ring = (struct cap_ring *)(uintptr_t)cap.dev,
-		.src = (const void *)(uintptr_t)h->ptr,
-		.tag = WA_TAG((unsigned)x->rule,
-			      h->experts > 0 && h->experts <= 0xffff ? (unsigned)h->experts : 0,
-			      x->lane),
-		.step = x->layer,
-		.rows = (uint32_t)h->rows, .k = (uint32_t)h->k, .stride = (uint32_t)h->stride,
-		.dtype = (uint32_t)h->dtype,
-		.wsrc = (const void *)(uintptr_t)h->weights, .wdtype = (uint32_t)h->wdtype,
-	};
+	struct cap_append_args a = ring_append();
 
+	a.src = (const void *)(uintptr_t)h->ptr;
+	a.tag = WA_TAG((unsigned)x->rule,
+		       h->experts > 0 && h->experts <= 0xffff ? (unsigned)h->experts : 0, x->lane);
+	a.step = x->layer;
+	a.rows = (uint32_t)h->rows;
+	a.k = (uint32_t)h->k;
+	a.stride = (uint32_t)h->stride;
+	a.dtype = (uint32_t)h->dtype;
+	a.wsrc = (const void *)(uintptr_t)h->weights;
+	a.wdtype = (uint32_t)h->wdtype;
 	if (atomic_load_explicit(&cap.on, memory_order_acquire))
 		append_on(x->stream, &a);
 }

@@ -36,7 +36,8 @@ struct ring_gap {
 
 struct ring_stats {
 	uint64_t capacity;
-	uint64_t reserved;	/* head: bytes producers ever reserved */
+	uint64_t reserved;	/* the header's head: bytes producers ever reserved
+				   there (0 when they count in a cap_prod) */
 	uint64_t released;	/* tail: bytes the consumer ever released */
 	uint64_t entries;	/* DATA entries delivered */
 	uint64_t bytes;		/* their payload bytes */

@@ -283,10 +283,9 @@ static int prepare_pool(struct pool *p, char *why, size_t whylen)
 	return 0;
 }
 
-static int enqueue(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_dev,
+static int enqueue(const struct cap_append_args *mark, void *const *lanes, unsigned n,
 		   struct window_asm *wa, char *why, size_t whylen)
 {
-	struct cap_append_args mark = { 0 };
 	uint64_t ctl;
 	uint32_t force;
 	unsigned i;
@@ -340,11 +339,7 @@ static int enqueue(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_
 						      sn.side), "copying the staging header back",
 				why, whylen))
 		return -1;
-	mark.ring = (struct cap_ring *)(uintptr_t)ring_dev;
-	mark.tag = WA_TAG(WA_RULE_SNAP, 0, 0);
-	mark.step = step;
-	mark.dtype = CAP_DT_I32;
-	if (check(kernels_append(sn.side, &mark), "launching the snapshot mark", why, whylen) ||
+	if (check(kernels_append(sn.side, mark), "launching the snapshot mark", why, whylen) ||
 	    check(shim_dev_record(sn.done, sn.side), "recording an event", why, whylen))
 		return -1;
 	atomic_store_explicit(&sn.armed, 1, memory_order_release);
@@ -356,7 +351,7 @@ static int enqueue(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_
 	return 1;
 }
 
-int snap_boundary(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_dev,
+int snap_boundary(const struct cap_append_args *mark, void *const *lanes, unsigned n,
 		  struct window_asm *wa, char *why, size_t whylen)
 {
 	uint64_t t0;
@@ -367,7 +362,7 @@ int snap_boundary(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_d
 		return 0;
 	}
 	t0 = mono_ns();
-	r = enqueue(step, lanes, n, ring_dev, wa, why, whylen);
+	r = enqueue(mark, lanes, n, wa, why, whylen);
 	sn.ns += mono_ns() - t0;
 	return r;
 }

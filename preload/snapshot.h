@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "capture.h"
 #include "kvsnap.h"
 
 #define SNAP_STAGE_MIN (UINT64_C(1) << 20)
@@ -46,9 +47,9 @@ void snap_drop_pool(uint64_t alloc_id);
 int snap_has_pool(uint64_t alloc_id);
 
 /*
- * Enqueue the boundary before process step `step` for the streams in
- * lanes[] (stream handles), the snapshot mark going into the capture ring
- * at ring_dev, for the window assembler wa: it is handed the staging area
+ * Enqueue the boundary before process step mark->step for the streams in
+ * lanes[] (stream handles), then *mark, the snapshot mark, into the
+ * capture ring, for the window assembler wa: it is handed the staging area
  * and the busy flag, which is set, before anything is enqueued, so that a
  * consumer draining the mark at once finds the chunks the mark refers to.
  * Returns 1 when enqueued, 0 when skipped (staging busy), -1 with one line
@@ -56,7 +57,7 @@ int snap_has_pool(uint64_t alloc_id);
  * (what was enqueued is harmless: at worst a mark the consumer never sees).
  */
 struct window_asm;
-int snap_boundary(uint64_t step, void *const *lanes, unsigned n, uint64_t ring_dev,
+int snap_boundary(const struct cap_append_args *mark, void *const *lanes, unsigned n,
 		  struct window_asm *wa, char *why, size_t whylen);
 
 /* The busy flag: set from a boundary until its window is committed. */

@@ -278,6 +278,27 @@ int shim_dev_copy_to_device(uint64_t dev, const void *src, size_t len, void *str
 	return copy(dev, src, len, (CUstream)stream);
 }
 
+int shim_dev_write(uint64_t dev, const void *src, size_t len)
+{
+	__typeof__(&cuThreadExchangeStreamCaptureMode) undo;
+	__typeof__(&cuStreamSynchronize) sync;
+	CUstreamCaptureMode mode;
+	void *stream;
+	CUresult r;
+
+	if (!REAL(sync, cuStreamSynchronize))
+		return CUDA_ERROR_NOT_FOUND;
+	undo = relax(&mode);
+	if ((r = shim_dev_stream(&stream)) == CUDA_SUCCESS) {
+		if ((r = shim_dev_copy_to_device(dev, src, len, stream)) == CUDA_SUCCESS)
+			r = sync((CUstream)stream);
+		shim_dev_stream_free(stream);
+	}
+	if (undo)
+		undo(&mode);
+	return r;
+}
+
 int shim_dev_copy_to_host(void *dst, uint64_t dev, size_t len, void *stream)
 {
 	__typeof__(&cuMemcpyDtoHAsync_v2) copy;

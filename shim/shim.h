@@ -164,6 +164,10 @@ int shim_dev_wait(void *stream, void *event);
 int shim_dev_query(void *event);        /* 0: done; CUDA_ERROR_NOT_READY */
 int shim_dev_sync(void *event);         /* the host waits for it */
 int shim_dev_copy_to_device(uint64_t dev, const void *src, size_t len, void *stream);
+/* The same, done when it returns: on a private stream the calling thread
+ * waits for (never the device or another stream), the capture mode relaxed
+ * around it.  For moeft's own state, once. */
+int shim_dev_write(uint64_t dev, const void *src, size_t len);
 int shim_dev_copy_to_host(void *dst, uint64_t dev, size_t len, void *stream);
 int shim_dev_zero(uint64_t dev, size_t len, void *stream);
 /* 1 when stream is being captured into a graph, 0 when not, -1 when the

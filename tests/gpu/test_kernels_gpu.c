@@ -23,7 +23,8 @@
  *    element types (int32, uint32 and int64 ids, out-of-range ones among
  *    them; no gating weights, or float32, bfloat16 or float16 ones of
  *    random bits) into a small ring, so that it wraps; after the same sequence
- *    the device's ring and the reference's are byte-identical.
+ *    the device's ring and the reference's are byte-identical; again with
+ *    the producers' words in device memory (cap_prod), their states equal too.
  *
  * Usage: test_kernels_gpu [SEED]   (default: from the clock; printed)
  * Last line "N passed, N failed"; exit status 0 when none failed, 2 when
@@ -323,21 +324,28 @@ static void ring_setup(struct cap_ring *r)
 	r->capacity = RING_CAP;
 }
 
-/* The consumer's part: release everything appended, so later appends find
- * room and the ring wraps. */
-static void ring_release(struct cap_ring *r)
+/* The consumer's part: release everything appended (up to head), so later
+ * appends find room and the ring wraps. */
+static void ring_release(struct cap_ring *r, uint64_t head)
 {
-	r->tail = r->head;
+	r->tail = head;
 }
 
-static void append_case(void)
+/*
+ * Appends of random shapes into a ring that wraps, then fills; with prod,
+ * the producers count in a cap_prod (device memory for the device, as the
+ * preload has it), whose state must end the same as the reference's.
+ */
+static void append_case(int with_prod)
 {
 	static const uint32_t dtypes[] = { CAP_DT_I32, CAP_DT_U32, CAP_DT_I64 };
 	static const uint32_t wdtypes[] = { 0, CAP_DT_F32, CAP_DT_BF16, CAP_DT_F16 };
 	size_t src_max = 64 * 16 * 8, w_max = 64 * 8 * 4;
 	unsigned char *src = xmalloc(src_max), *w = xmalloc(w_max);
 	struct cap_ring *ring_dev_host, *ring_ref = xmalloc(CAP_DATA_OFF + RING_CAP);
-	CUdeviceptr ring_dev, src_dev, w_dev;
+	struct cap_prod prod_ref = { .capacity = RING_CAP }, prod_dev_host;
+	CUdeviceptr ring_dev, src_dev, w_dev, prod_dev = 0;
+	char what[120];
 	int same = 1, i;
 
 	ring_dev_host = mapped(CAP_DATA_OFF + RING_CAP, &ring_dev);
@@ -345,6 +353,10 @@ static void append_case(void)
 	ring_setup(ring_ref);
 	CU(cuMemAlloc(&src_dev, src_max));
 	CU(cuMemAlloc(&w_dev, w_max));
+	if (with_prod) {
+		CU(cuMemAlloc(&prod_dev, sizeof prod_ref));
+		CU(cuMemcpyHtoD(prod_dev, &prod_ref, sizeof prod_ref));
+	}
 	/* Released after each append, then never: the ring wraps, then fills. */
 	for (i = 0; i < APPENDS && same; i++) {
 		int fill_up = i >= APPENDS - APPENDS / 8;
@@ -368,22 +380,33 @@ static void append_case(void)
 		a.ring = (struct cap_ring *)(uintptr_t)ring_dev;
 		a.src = (const void *)(uintptr_t)src_dev;
 		a.wsrc = a.wdtype ? (const void *)(uintptr_t)w_dev : NULL;
+		a.prod = (struct cap_prod *)(uintptr_t)prod_dev;
 		launch(append_fn, 1, CAP_APPEND_THREADS, &a);
 		a.ring = ring_ref;
 		a.src = src;
 		a.wsrc = a.wdtype ? w : NULL;
+		a.prod = with_prod ? &prod_ref : NULL;
 		cap_append_ref(&a);
-		same = memcmp(ring_dev_host, ring_ref, CAP_DATA_OFF + RING_CAP) == 0;
+		if (with_prod)
+			CU(cuMemcpyDtoH(&prod_dev_host, prod_dev, sizeof prod_dev_host));
+		same = memcmp(ring_dev_host, ring_ref, CAP_DATA_OFF + RING_CAP) == 0 &&
+		       (!with_prod || memcmp(&prod_dev_host, &prod_ref, sizeof prod_ref) == 0);
 		if (!fill_up) {
-			ring_release(ring_dev_host);
-			ring_release(ring_ref);
+			ring_release(ring_dev_host, with_prod ? prod_dev_host.head :
+					 ring_dev_host->head);
+			ring_release(ring_ref, with_prod ? prod_ref.head : ring_ref->head);
 		}
 	}
-	check(same, "capture append: the device's ring differs from the reference's");
-	check(ring_ref->head > 2 * RING_CAP, "capture append: the ring never wrapped");
+	snprintf(what, sizeof what, "capture append%s: the device's ring differs from the "
+		 "reference's", with_prod ? " (producers in device memory)" : "");
+	check(same, what);
+	check((with_prod ? prod_ref.head : ring_ref->head) > 2 * RING_CAP,
+	      "capture append: the ring never wrapped");
 	check(ring_ref->dropped_entries > 0, "capture append: no append ever found the ring full");
 	CU(cuMemFree(src_dev));
 	CU(cuMemFree(w_dev));
+	if (with_prod)
+		CU(cuMemFree(prod_dev));
 	CU(cuMemFreeHost(ring_dev_host));
 	free(ring_ref);
 	free(src);
@@ -427,7 +450,8 @@ int main(int argc, char **argv)
 		snapshot_case(200 * 4096, 4096, 0, flags);
 	}
 	snapshot_case((64 << 20) + 4096, 65536, 1, 0);
-	append_case();
+	append_case(0);
+	append_case(1);
 
 	CU(cuModuleUnload(mod));
 	CU(cuDevicePrimaryCtxRelease(dev));

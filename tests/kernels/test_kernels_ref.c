@@ -2,7 +2,8 @@
  * test_kernels_ref.c - host reference of moeft_capture_append: what it
  * writes for each source layout and dtype.
  *
- * Ring entries are read straight from the layout in capture.h (no consumer),
+ * Ring entries are read straight from the layout in capture.h (no consumer,
+ * but for the producers in device memory, whose consumer is played here),
  * so these tests pin the layout too.  Sources are allocated at their exact
  * size: under ASan any read past them fails.
  */
@@ -219,12 +220,65 @@ static void test_weights(void)
 	free(r);
 }
 
+/* Producers counting in a cap_prod: the header's capacity and head are not
+ * read (garbage there), head advances in prod; with the ring full as far as
+ * tail_seen says, an append reads the header's tail once: still full, a
+ * drop (counted in the header); once the consumer has released entries,
+ * tail_seen rises to that tail and the append lands after the last one. */
+static void test_prod(void)
+{
+	static const int32_t ids[4] = { 1, 2, 3, 4 };
+	struct cap_ring *r = new_ring();
+	struct cap_prod *p = aligned_alloc(64, sizeof *p);
+	struct cap_append_args a;
+	const struct cap_entry *e;
+	void *src = dup_exact(ids, 4, 4);
+	uint64_t pos = 0, n = 0;
+
+	CU_ASSERT_FATAL(p != NULL);
+	memset(p, 0, sizeof *p);
+	p->capacity = CAP;
+	r->capacity = 3;	/* not read */
+	r->head = 7;		/* not read, not written */
+	a = args(r, src, CAP_DT_I32, 2, 2, 2);
+	a.prod = p;
+	while (cap_append_ref(&a) == 1) {	/* entries of 64 bytes fill it */
+		e = entry_at(r, pos);
+		CU_ASSERT(e->seq == pos + 1 && e->size == 64);
+		CU_ASSERT(memcmp(ids_of(e), ids, sizeof ids) == 0);
+		pos += e->size;
+		n++;
+	}
+	CU_ASSERT(n == CAP / 64 && p->head == CAP && p->tail_seen == 0);
+	CU_ASSERT(r->head == 7 && r->dropped_entries == 1 && r->dropped_bytes == 16);
+
+	/* the consumer releases two entries: zeroed, then tail */
+	memset((unsigned char *)r + CAP_DATA_OFF, 0, 128);
+	r->tail = 128;
+	CU_ASSERT_FATAL(cap_append_ref(&a) == 1);
+	CU_ASSERT(p->tail_seen == 128 && p->head == CAP + 64);
+	e = entry_at(r, CAP);
+	CU_ASSERT(e->seq == CAP + 1 && memcmp(ids_of(e), ids, sizeof ids) == 0);
+	CU_ASSERT_FATAL(cap_append_ref(&a) == 1);
+	CU_ASSERT(cap_append_ref(&a) == 0);	/* full again: 128 was all */
+	CU_ASSERT(p->tail_seen == 128 && p->head == CAP + 128 && r->dropped_entries == 2);
+
+	/* a tail beyond head is damage: never overwrite */
+	r->tail = CAP * 4;
+	CU_ASSERT(cap_append_ref(&a) == 0);
+	CU_ASSERT(p->head == CAP + 128 && r->dropped_entries == 3);
+	free(src);
+	free(p);
+	free(r);
+}
+
 int main(void)
 {
 	CU_TestInfo capture[] = {
 		{ "dtypes", test_dtypes },
 		{ "stride", test_stride },
 		{ "gating weights", test_weights },
+		{ "producers in device memory", test_prod },
 		CU_TEST_INFO_NULL,
 	};
 	CU_SuiteInfo suites[] = {
