@@ -103,6 +103,7 @@ uint32_t crc32c_zeros(uint32_t crc, uint64_t len)
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#include <immintrin.h>
 #include <nmmintrin.h>
 
 /* Block lengths of the 3-way loops: long for bulk, short for the rest. */
@@ -151,12 +152,15 @@ static inline void store64(unsigned char *p, uint64_t w)
 /*
  * CRC 3*n bytes at p onto the raw register c0; n is a multiple of 8.  When
  * dst is not NULL the bytes are copied there in the same pass, so a record
- * is read once to checksum and place it.  Always inlined, so the dst test
- * folds away in each caller.
+ * is read once to checksum and place it; with stream set, by non-temporal
+ * stores (the caller fences), which skip reading the destination's lines
+ * into the cache first: a log's payload is not read again until a
+ * recovery.  Always inlined, so the dst and stream tests fold away in each
+ * caller.
  */
 __attribute__((target("sse4.2"), always_inline))
 static inline uint64_t crc32c_3way(uint64_t c0, unsigned char *dst, const unsigned char *p,
-				   size_t n, uint32_t t[4][256])
+				   size_t n, uint32_t t[4][256], int stream)
 {
 	const unsigned char *end = p + n;
 	uint64_t c1 = 0, c2 = 0;
@@ -166,7 +170,12 @@ static inline uint64_t crc32c_3way(uint64_t c0, unsigned char *dst, const unsign
 		c0 = _mm_crc32_u64(c0, a);
 		c1 = _mm_crc32_u64(c1, b);
 		c2 = _mm_crc32_u64(c2, c);
-		if (dst) {
+		if (dst && stream) {
+			_mm_stream_si64((long long *)dst, (long long)a);
+			_mm_stream_si64((long long *)(dst + n), (long long)b);
+			_mm_stream_si64((long long *)(dst + 2 * n), (long long)c);
+			dst += 8;
+		} else if (dst) {
 			store64(dst, a);
 			store64(dst + n, b);
 			store64(dst + 2 * n, c);
@@ -183,6 +192,7 @@ static inline uint32_t crc32c_run(uint32_t crc, unsigned char *dst, const unsign
 				  size_t len)
 {
 	uint64_t c = ~crc;
+	int stream = dst && len >= 3 * LONG_BLOCK + 7;
 
 	/* Align so that no 8-byte load straddles a cache line. */
 	while (len && ((uintptr_t)p & 7)) {
@@ -192,12 +202,12 @@ static inline uint32_t crc32c_run(uint32_t crc, unsigned char *dst, const unsign
 		len--;
 	}
 	for (; len >= 3 * LONG_BLOCK; len -= 3 * LONG_BLOCK) {
-		c = crc32c_3way(c, dst, p, LONG_BLOCK, crc32c_long);
+		c = crc32c_3way(c, dst, p, LONG_BLOCK, crc32c_long, stream);
 		p += 3 * LONG_BLOCK;
 		dst = dst ? dst + 3 * LONG_BLOCK : NULL;
 	}
 	for (; len >= 3 * SHORT_BLOCK; len -= 3 * SHORT_BLOCK) {
-		c = crc32c_3way(c, dst, p, SHORT_BLOCK, crc32c_short);
+		c = crc32c_3way(c, dst, p, SHORT_BLOCK, crc32c_short, 0);
 		p += 3 * SHORT_BLOCK;
 		dst = dst ? dst + 3 * SHORT_BLOCK : NULL;
 	}
@@ -215,6 +225,10 @@ static inline uint32_t crc32c_run(uint32_t crc, unsigned char *dst, const unsign
 			*dst++ = *p;
 		c = _mm_crc32_u8((uint32_t)c, *p++);
 	}
+	/* Ordered before the caller's later stores (a commit word), as plain
+	 * stores would be. */
+	if (stream)
+		_mm_sfence();
 	return ~(uint32_t)c;
 }
 

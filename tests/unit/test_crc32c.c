@@ -1,6 +1,7 @@
 /*
- * test_crc32c.c - CRC-32C known vectors, hardware against portable, chaining
- * and the CPU feature check that drives dispatch.
+ * test_crc32c.c - CRC-32C known vectors, hardware against portable, chaining,
+ * the copy that checksums as it goes, and the CPU feature check that
+ * drives dispatch.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -192,6 +193,37 @@ static void test_zeros(void)
 					crc32c(starts[i], zeros, lens[k]));
 }
 
+/* crc32c_copy at every alignment of source and destination and at lengths
+ * around each of its paths (bytes, words, short and long blocks, the long
+ * ones stored non-temporally): the bytes copied exactly, not one byte
+ * around them touched, and the CRC that of the source, chained. */
+static void test_copy(void)
+{
+	static const size_t lens[] = { 0, 1, 7, 8, 9, 767, 768, 769, 3 * 8192 - 1,
+				       3 * 8192 + 6, 3 * 8192 + 7, 3 * 8192 + 8,
+				       2 * 3 * 8192 + 3 * 256 + 13, 100003 };
+	enum { GUARD = 64 };
+	size_t max = 100003 + 8, i, so, dof;
+	unsigned char *src = xmalloc(max), *dst = xmalloc(max + 2 * GUARD);
+
+	fill_random(src, max, 99);
+	for (i = 0; i < sizeof lens / sizeof lens[0]; i++)
+		for (so = 0; so < 8; so++)
+			for (dof = 0; dof < 8; dof += 3) {
+				size_t len = lens[i];
+				uint32_t got;
+
+				memset(dst, 0xEE, max + 2 * GUARD);
+				got = crc32c_copy(0x1234567u, dst + GUARD + dof, src + so, len);
+				CU_ASSERT_EQUAL(got, crc32c(0x1234567u, src + so, len));
+				CU_ASSERT(memcmp(dst + GUARD + dof, src + so, len) == 0);
+				CU_ASSERT(dst[GUARD + dof - 1] == 0xEE);
+				CU_ASSERT(dst[GUARD + dof + len] == 0xEE);
+			}
+	free(src);
+	free(dst);
+}
+
 static void test_hw_detection(void)
 {
 	int want = cpuinfo_has_sse42();
@@ -211,6 +243,7 @@ int main(void)
 		{ "chaining", test_chaining },
 		{ "combine", test_combine },
 		{ "zeros", test_zeros },
+		{ "copy", test_copy },
 		{ "hw detection matches cpuinfo", test_hw_detection },
 		CU_TEST_INFO_NULL,
 	};
