@@ -7,7 +7,9 @@ Usage: check_routing.py DIR TRUTH
 
 For every step of the decode windows the manifest lists, every layer of the
 truth and every token row, the ids logged must be the truth's top-k as a set
-(torch.topk may order them otherwise).  A step's layer may have several
+(torch.topk may order them otherwise); when the truth lists gating weights,
+each id's logged weight must be the truth's, bit for bit (records with
+bfloat16 or float16 weights are compared as the float32 values they are).  A step's layer may have several
 records, one per stream that ran it (the test serving program's two
 groups); each must match a run of consecutive truth rows, the records
 tiling the rows in any order.  Prints what it compared, or the first
@@ -28,8 +30,21 @@ ROUTING_GAP = 1  # a window's flag: routing was dropped
 
 
 class Record:
-    __slots__ = ("step", "layer", "tokens", "k", "flags", "experts", "rows")  # experts:
-    # the rule's count, or without one the largest id logged + 1
+    __slots__ = ("step", "layer", "tokens", "k", "flags", "experts", "rows", "wrows")
+    # experts: the rule's count, or without one the largest id logged + 1;
+    # wrows: per row the weights as float32 bits, None without weights
+
+
+def f32_bits(raw, flags):
+    """Weights of a record (flags 1 float32, 2 bfloat16, 3 float16) as the
+    bits of the float32 each is exactly."""
+    if flags == 1:
+        return list(struct.unpack("<%dI" % (len(raw) // 4), raw))
+    halves = struct.unpack("<%dH" % (len(raw) // 2), raw)
+    if flags == 2:
+        return [h << 16 for h in halves]
+    return [struct.unpack("<I", struct.pack("<f", struct.unpack("<e", struct.pack("<H", h))[0]))[0]
+            for h in halves]
 
 
 def read_routing(path):
@@ -58,9 +73,15 @@ def read_routing(path):
             raise formats.FormatError(where + ": %d tokens x %d ids of %d bytes (and weights "
                                       "of %d) do not make its %d bytes"
                                       % (r.tokens, r.k, width, wbytes, n))
-        ids = struct.unpack_from("<%d%s" % (r.tokens * r.k, "BHI"[width // 2]),
+        n_ids = r.tokens * r.k
+        ids = struct.unpack_from("<%d%s" % (n_ids, "BHI"[width // 2]),
                                  data, at + 4 + ROUTING_HDR.size)
         r.rows = [ids[i * r.k:(i + 1) * r.k] for i in range(r.tokens)]
+        r.wrows = None
+        if wbytes:
+            w_at = at + 4 + ROUTING_HDR.size + n_ids * width
+            w = f32_bits(data[w_at:w_at + n_ids * wbytes], r.flags & 3)
+            r.wrows = [w[i * r.k:(i + 1) * r.k] for i in range(r.tokens)]
         records.append(r)
         at += 4 + n
     return records
@@ -97,27 +118,41 @@ def layout(records, steps):
                      for s in sorted(steps))
 
 
+def row_keys(ids, weights):
+    """What a row must equal: its ids as a set, or with weights the set of
+    (id, weight bits) pairs."""
+    if weights is None:
+        return [tuple(sorted(r)) for r in ids]
+    return [tuple(sorted(zip(r, w))) for r, w in zip(ids, weights)]
+
+
+def show(key):
+    return "[%s]" % ", ".join("%d:%08x" % p if type(p) is tuple else str(p) for p in key)
+
+
 def tile(recs, want):
-    """Match each record of a step and layer to a run of the truth's rows,
-    the records in any order (each stream logs its own).  None when they
-    tile the rows; else (truth row, logged row) of the first mismatch, the
-    logged row from the record that matches the most rows there."""
+    """Match each record of a step and layer (its row keys) to a run of the
+    truth's rows (want, row keys), the records in any order (each stream
+    logs its own).  None when they tile the rows; else (truth row, logged
+    row) of the first mismatch, the logged row from the record that matches
+    the most rows there."""
     left, at = list(recs), 0
     while left:
-        def matching(r):
-            return next((i for i, (g, w) in enumerate(zip(r.rows, want[at:]))
-                         if sorted(g) != sorted(w)), r.tokens)
+        def matching(keys):
+            return next((i for i, (g, w) in enumerate(zip(keys, want[at:])) if g != w),
+                        len(keys))
         best = max(left, key=matching)
         n = matching(best)
-        if n < best.tokens:
-            return at + n, best.rows[n]
+        if n < len(best):
+            return at + n, best[n]
         left.remove(best)
         at += n
     return None
 
 
-def compare(records, windows, head, truth):
-    """(compared rows, steps compared, first mismatch or None)."""
+def compare(records, windows, head, truth, truth_w):
+    """(compared rows, steps compared, first mismatch or None); truth_w the
+    truth's weights ({} without)."""
     covered = sorted({s for w in windows for s in range(w["first_step"],
                                                         w["first_step"] + w["steps"])})
     for w in windows:
@@ -143,11 +178,16 @@ def compare(records, windows, head, truth):
             if got != len(want):
                 return rows_compared, [step], "step %d layer %d: %d rows logged in %d records, " \
                     "the truth has %d" % (step, layer, got, len(recs), len(want))
-            bad = tile(recs, want)
+            if truth_w and any(r.wrows is None for r in recs):
+                return rows_compared, [step], "step %d layer %d: a record carries no " \
+                    "gating weights; the truth lists them" % (step, layer)
+            want_w = truth_w[step][layer] if truth_w else None
+            keys = row_keys(want, want_w)
+            bad = tile([row_keys(r.rows, r.wrows if truth_w else None) for r in recs], keys)
             if bad:
                 return rows_compared, [step], "step %d layer %d row %d: logged %s, the " \
-                    "truth's top-%d is %s" % (step, layer, bad[0], sorted(bad[1]),
-                                              head["topk"], sorted(want[bad[0]]))
+                    "truth's top-%d is %s" % (step, layer, bad[0], show(bad[1]),
+                                              head["topk"], show(keys[bad[0]]))
             rows_compared += len(want)
     return rows_compared, covered, None
 
@@ -160,7 +200,7 @@ def main(argv):
     try:
         want_records, windows = read_manifest(os.path.join(out, "manifest.json"))
         records = read_routing(os.path.join(out, "routing.bin"))
-        head, truth = formats.truth_read(truth_path)
+        head, truth, truth_w = formats.truth_read(truth_path)
     except formats.FormatError as e:
         print("check_routing: %s" % e, file=sys.stderr)
         return 2
@@ -168,7 +208,7 @@ def main(argv):
         print("check_routing: routing.bin holds %d records, the manifest says %d"
               % (len(records), want_records), file=sys.stderr)
         return 2
-    rows, steps, bad = compare(records, windows, head, truth)
+    rows, steps, bad = compare(records, windows, head, truth, truth_w)
     if bad:
         print("check_routing: MISMATCH: %s" % bad)
         if steps:
@@ -180,8 +220,9 @@ def main(argv):
               % (len(windows), len(records)))
         return 1
     print("check_routing: OK: steps %d-%d (%d steps in %d windows), %d layers, %d token rows "
-          "of %d ids: every logged set is the truth's" % (
-              steps[0], steps[-1], len(steps), len(windows), head["layers"], rows, head["topk"]))
+          "of %d ids%s: every logged set is the truth's" % (
+              steps[0], steps[-1], len(steps), len(windows), head["layers"], rows, head["topk"],
+              " with their gating weights" if truth_w else ""))
     return 0
 
 

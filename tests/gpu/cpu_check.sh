@@ -2,7 +2,8 @@
 # cpu_check.sh - check_routing.py on real moeft output: the test serving
 # program (eager, one thread) under the preload on the CPU fixture, its log
 # restored offline, its --truth converted by serve_truth.py; the check must
-# pass, and must fail on the same restore with one id changed.
+# pass, ids and gating weights, and must fail on the same restore with one
+# id changed, and with one bit of one weight flipped.
 #
 # Usage: cpu_check.sh MOEFT LIBMOEFT SERVE
 set -eu
@@ -26,9 +27,9 @@ python3 "$here/serve_truth.py" "$dir/serve.truth" "$dir/truth" >/dev/null
 python3 "$here/check_routing.py" "$dir/out" "$dir/truth" >"$dir/check.out" ||
 	fail "check_routing on the restore: $(cat "$dir/check.out")"
 cat "$dir/check.out"
-# 48 steps in 3 windows, of 4 layers (serve's defaults).
-grep -q 'OK: steps 0-47 (48 steps in 3 windows), 4 layers' "$dir/check.out" ||
-	fail "not the windows of a 64-step run: $(cat "$dir/check.out")"
+# 48 steps in 3 windows, of 4 layers (serve's defaults), with the weights.
+grep -q 'OK: steps 0-47 (48 steps in 3 windows), 4 layers, .* ids with their gating weights' \
+	"$dir/check.out" || fail "not the windows of a 64-step run: $(cat "$dir/check.out")"
 
 # One id of the last record changed to one its row does not hold.
 cp -r "$dir/out" "$dir/flipped"
@@ -53,3 +54,20 @@ if [ $rc != 1 ] || ! grep -q 'MISMATCH: step 47 layer 3 row' "$dir/flipped.out";
 	fail "a changed id: exit $rc, want 1 and the mismatch: $(cat "$dir/flipped.out")"
 fi
 echo "gpu cpu_check.sh: a changed id is reported: $(head -1 "$dir/flipped.out")"
+
+# One bit of the last record's last weight flipped (float32 weights: the
+# payload's last 4 bytes).
+cp -r "$dir/out" "$dir/wflip"
+python3 - "$dir/wflip/routing.bin" <<'EOF'
+import sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+data[-1] ^= 0x01
+open(path, "wb").write(data)
+EOF
+rc=0
+python3 "$here/check_routing.py" "$dir/wflip" "$dir/truth" >"$dir/wflip.out" || rc=$?
+if [ $rc != 1 ] || ! grep -q 'MISMATCH: step 47 layer 3 row' "$dir/wflip.out"; then
+	fail "a flipped weight bit: exit $rc, want 1 and the mismatch: $(cat "$dir/wflip.out")"
+fi
+echo "gpu cpu_check.sh: a flipped weight bit is reported: $(head -1 "$dir/wflip.out")"

@@ -8,10 +8,14 @@ leaves whole lines and at most one partial line after them.
 
 Truth: JSON lines.  First a header
     {"truth": 1, "layers": L, "experts": E, "topk": K}
-then one object per computed step
+(with "weights": true when the steps list gating weights), then one object
+per computed step
     {"step": T, "layers": [[[id, ...] per row] per layer]}
 holding, for every MoE layer and token row, the top-k expert ids of the
-softmax of the router logits.
+softmax of the router logits, and with weights also
+    "weights": [[[bits, ...] per row] per layer]
+each id's gating weight, the float32 top-k value of that softmax, as its
+32 bits (an unsigned integer: exact, whatever the value).
 
 KV dump: PATH holds the raw bytes of the cache tensors one after the other,
 PATH.json their index:
@@ -80,12 +84,18 @@ def token_hash(steps_tokens):
 
 # ---- routing truth -----------------------------------------------------------
 
-def truth_header(layers, experts, topk):
-    return json.dumps({"truth": 1, "layers": layers, "experts": experts, "topk": topk}) + "\n"
+def truth_header(layers, experts, topk, weights=False):
+    head = {"truth": 1, "layers": layers, "experts": experts, "topk": topk}
+    if weights:
+        head["weights"] = True
+    return json.dumps(head) + "\n"
 
 
-def truth_step(step, layers):
-    return json.dumps({"step": step, "layers": layers}, separators=(",", ":")) + "\n"
+def truth_step(step, layers, weights=None):
+    obj = {"step": step, "layers": layers}
+    if weights is not None:
+        obj["weights"] = weights
+    return json.dumps(obj, separators=(",", ":")) + "\n"
 
 
 def _int(v, what, lo=0):
@@ -95,7 +105,8 @@ def _int(v, what, lo=0):
 
 
 def truth_read(path):
-    """The header and {step: [layer][row] -> list of ids}."""
+    """The header, {step: [layer][row] -> list of ids} and, when the header
+    says so, {step: [layer][row] -> list of weights' float32 bits}, else {}."""
     try:
         f = open(path, encoding="utf-8")
     except OSError as e:
@@ -117,7 +128,9 @@ def truth_read(path):
     head = objs[0]
     for key in ("layers", "experts", "topk"):
         _int(head.get(key), "%s: header: %s" % (path, key), 1)
-    steps = {}
+    if type(head.get("weights", False)) is not bool:
+        raise FormatError("%s: header: weights: want true or false" % path)
+    steps, weights = {}, {}
     for n, obj in enumerate(objs[1:], 2):
         where = "%s: line %d" % (path, n)
         step = _int(obj.get("step"), where + ": step")
@@ -134,7 +147,21 @@ def truth_read(path):
         if step in steps:
             raise FormatError("%s: step %d appears twice" % (where, step))
         steps[step] = layers
-    return head, steps
+        if head.get("weights"):
+            weights[step] = _truth_weights(obj.get("weights"), layers, where)
+    return head, steps, weights
+
+
+def _truth_weights(w, layers, where):
+    """A step's weights: the shape of its ids, each a float32's bits."""
+    if type(w) is not list or len(w) != len(layers) or any(
+            type(rows) is not list or len(rows) != len(ids) or any(
+                type(r) is not list or len(r) != len(i) or
+                any(type(b) is not int or not 0 <= b < 1 << 32 for b in r)
+                for r, i in zip(rows, ids))
+            for rows, ids in zip(w, layers)):
+        raise FormatError("%s: want weights shaped as the ids, each a float32's bits" % where)
+    return w
 
 
 # ---- KV dumps ------------------------------------------------------------------

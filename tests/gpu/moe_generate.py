@@ -28,9 +28,13 @@ prints the size and whether that holds (the "kv" line).
 Outputs (formats in formats.py): --journal, a line per completed step with
 the batch's tokens, each in one write(2); --truth, per step, layer and token
 row the top-k expert ids each layer's router returned (a forward hook on
-every router keeps a copy of its ids, in every run alike, so that a run
-with --truth launches the same kernels as one without; in graph mode the
-copies are captured and hold each replay's ids); --save-kv, the whole cache after step
+every router keeps a copy of its ids, in every run alike; in graph mode the
+copies are captured and hold each replay's ids) and their gating weights:
+the router's own softmax and top-k done again on its logits in the hook,
+the same kernels on the same inputs, so the same float32 bits (the router
+divides its copy in place when norm_topk_prob is set); only runs with
+--truth launch those, and none runs under the preload, where they would be
+routing of their own); --save-kv, the whole cache after step
 --save-kv-step; stdout, a "kv" line, a "result" line (configuration, token
 count and hash of every token) and a "times" line (wall-clock seconds since
 the epoch, and the decode throughput).
@@ -282,23 +286,27 @@ class Decoder:
     def __init__(self, a, torch, model, routers, cache, device):
         self.a, self.torch, self.model, self.cache, self.device = a, torch, model, cache, device
         self.graph = None
-        self.routed = []
+        self.routed, self.weights = [], []
         for r in routers:
             r.register_forward_hook(self.keep_ids)
 
     def keep_ids(self, module, inputs, output):
         """A router's (logits, scores, ids): a copy of the ids, which the
-        caching allocator would hand the next layer once the block is done."""
+        caching allocator would hand the next layer once the block is done;
+        with --truth, the top-k values of its softmax too."""
         self.routed.append(output[2].clone())
+        if self.a.truth:
+            probs = self.torch.nn.functional.softmax(output[0], dtype=self.torch.float, dim=-1)
+            self.weights.append(self.torch.topk(probs, self.a.topk, dim=-1).values)
 
     def forward(self, ids, pos):
-        self.routed = []
+        self.routed, self.weights = [], []
         out = self.model.model(input_ids=ids, position_ids=pos, past_key_values=self.cache,
                                use_cache=True)
         logits = self.model.lm_head(out.last_hidden_state[:, -1, :])
         if len(self.routed) != self.a.layers:
             die(1, "the routers ran %d times in a pass, want %d" % (len(self.routed), self.a.layers))
-        return logits.argmax(dim=-1), self.routed
+        return logits.argmax(dim=-1), (self.routed, self.weights)
 
     def prefill(self, prompts):
         pos = self.torch.arange(self.a.prompt_len, device=self.device).unsqueeze(0)
@@ -328,9 +336,12 @@ class Decoder:
         self.graph.replay()
         return self.out
 
-    @staticmethod
-    def truth_layers(routed):
-        return [ids.tolist() for ids in routed]
+    def truth_step(self, t, routed):
+        """The truth's line of step t: ids and the weights' float32 bits."""
+        ids, weights = routed
+        bits = [(w.contiguous().view(self.torch.int32).to(self.torch.int64) & 0xFFFFFFFF).tolist()
+                for w in weights]
+        return formats.truth_step(t, [i.tolist() for i in ids], bits)
 
 
 def main(argv):
@@ -372,7 +383,7 @@ def main(argv):
                 truth = open(a.truth, "w", encoding="utf-8")
             except OSError as e:
                 die(1, "%s: %s" % (a.truth, e.strerror))
-            truth.write(formats.truth_header(a.layers, a.experts, a.topk))
+            truth.write(formats.truth_header(a.layers, a.experts, a.topk, weights=True))
         if 0 < resume < a.steps:
             for layer in cache.layers:
                 layer.cumulative_length.fill_(a.prompt_len + resume - 1)
@@ -408,7 +419,7 @@ def main(argv):
             if journal:
                 journal.step(t, row)
             if truth:
-                truth.write(formats.truth_step(t, dec.truth_layers(routed)))
+                truth.write(dec.truth_step(t, routed))
             if a.save_kv and t == a.save_kv_step:
                 kv_save(torch, a.save_kv, cache, t, a.prompt_len + t)
             if t == 0 and a.mode == "graph":

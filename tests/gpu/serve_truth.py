@@ -21,8 +21,18 @@ import formats  # noqa: E402
 GROUPS = 2  # serve.c's NGROUPS
 
 
+def rows_of(line, word, layer, seqs, base):
+    """The rows of a "WORD LAYER a,b,... ..." line: one field per sequence,
+    each a comma-separated list of numbers in base."""
+    fields = line.split()
+    if fields[:2] != [word, str(layer)] or len(fields) != 2 + len(seqs):
+        raise ValueError("want %s %d and one field per row" % (word, layer))
+    return [[int(v, base) for v in f.split(",")] for f in fields[2:]]
+
+
 def read(path):
-    """Header fields and [(step, rows' sequences, [layer][row] ids)]."""
+    """Header fields and [(step, rows' sequences, [layer][row] ids,
+    [layer][row] weights' float32 bits)]."""
     try:
         with open(path, encoding="ascii") as f:
             lines = f.read().splitlines()
@@ -44,15 +54,14 @@ def read(path):
             if rows[0] != "rows":
                 raise ValueError("no rows line")
             seqs = [int(s) for s in rows[1:]]
-            ids = []
+            ids, weights = [], []
             for layer in range(layers):
-                fields = lines[n + 2 + layer].split()
-                if fields[:2] != ["layer", str(layer)] or len(fields) != 2 + len(seqs):
-                    raise ValueError("want layer %d and one field per row" % layer)
-                ids.append([[int(i) for i in f.split(",")] for f in fields[2:]])
+                ids.append(rows_of(lines[n + 2 + layer], "layer", layer, seqs, 10))
+                weights.append(rows_of(lines[n + 2 + layers + layer], "weights", layer, seqs,
+                                       16))
         except (IndexError, ValueError) as e:
             raise formats.FormatError("%s: step record: %s" % (where, e)) from e
-        steps.append((step, seqs, ids))
+        steps.append((step, seqs, ids, weights))
         # step, rows, the layers' ids, their weights, kv, tokens
         n += 4 + 2 * layers
     return layers, experts, topk, steps
@@ -68,10 +77,11 @@ def main(argv):
         print("serve_truth: %s" % e, file=sys.stderr)
         return 2
     with open(argv[1], "w", encoding="utf-8") as out:
-        out.write(formats.truth_header(layers, experts, topk))
-        for step, seqs, ids in steps:
+        out.write(formats.truth_header(layers, experts, topk, weights=True))
+        for step, seqs, ids, weights in steps:
             order = sorted(range(len(seqs)), key=lambda r: (seqs[r] % GROUPS, seqs[r]))
-            out.write(formats.truth_step(step, [[rows[r] for r in order] for rows in ids]))
+            out.write(formats.truth_step(step, [[rows[r] for r in order] for rows in ids],
+                                         [[rows[r] for r in order] for rows in weights]))
     print("serve_truth: %d steps of %d layers" % (len(steps), layers))
     return 0
 

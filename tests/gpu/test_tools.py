@@ -145,9 +145,14 @@ class Truth(Tmp):
         p = self.write("t", formats.truth_header(2, 8, 2) +
                        formats.truth_step(0, [[[1, 2], [3, 4]], [[5, 6], [7, 0]]]) +
                        formats.truth_step(1, [[[1, 3]], [[2, 4]]]))
-        head, steps = formats.truth_read(p)
+        head, steps, weights = formats.truth_read(p)
         self.assertEqual((head["layers"], head["experts"], head["topk"]), (2, 8, 2))
         self.assertEqual(steps[1], [[[1, 3]], [[2, 4]]])
+        self.assertEqual(weights, {})
+        p = self.write("w", formats.truth_header(1, 8, 2, weights=True) +
+                       formats.truth_step(0, [[[1, 2]]], [[[0x3f000000, 0xffffffff]]]))
+        head, steps, weights = formats.truth_read(p)
+        self.assertEqual(weights, {0: [[[0x3f000000, 0xffffffff]]]})
 
     def test_bad_truths(self):
         head = formats.truth_header(1, 8, 2)
@@ -156,32 +161,49 @@ class Truth(Tmp):
                           (head + formats.truth_step(0, [[[1, 9]]]), "ids below 8"),
                           (head + formats.truth_step(0, [[[1]]]), "rows of 2 ids"),
                           (head + formats.truth_step(0, []), "want 1 layers"),
-                          (head + formats.truth_step(0, [[[1, 2]]]) * 2, "twice")]:
+                          (head + formats.truth_step(0, [[[1, 2]]]) * 2, "twice"),
+                          (formats.truth_header(1, 8, 2, weights=True) +
+                           formats.truth_step(0, [[[1, 2]]]), "weights shaped as the ids"),
+                          (formats.truth_header(1, 8, 2, weights=True) +
+                           formats.truth_step(0, [[[1, 2]]], [[[1, 1 << 32]]]),
+                           "float32's bits"),
+                          (formats.truth_header(1, 8, 2, weights=True) +
+                           formats.truth_step(0, [[[1, 2]]], [[[1]]]), "shaped as the ids"),
+                          ('{"truth": 1, "layers": 1, "experts": 8, "topk": 2, '
+                           '"weights": 1}\n', "weights: want true or false")]:
             p = self.write("t", text)
             with self.assertRaises(formats.FormatError) as cm:
                 formats.truth_read(p)
             self.assertIn(why, str(cm.exception))
 
 
-def routing_record(step, layer, rows, experts=8, width=1, flags=0):
+def routing_record(step, layer, rows, experts=8, width=1, flags=0, weights=None):
+    """A ROUTING payload; with flags 1-3, weights (rows of float32, bfloat16
+    or float16 bits as the flags say), made up as zeros when not given."""
     k = len(rows[0]) if rows else 1
     ids = [i for r in rows for i in r]
     payload = check_routing.ROUTING_HDR.pack(step, layer, len(rows), k, width, flags, experts)
     payload += struct.pack("<%d%s" % (len(ids), "BHI"[width // 2]), *ids)
-    # gating weights (flags 1: float32, 2 and 3: 2 bytes each), made up
-    payload += bytes(len(ids) * (0, 4, 2, 2)[flags & 3])
+    wbytes = (0, 4, 2, 2)[flags & 3]
+    if weights is None:
+        payload += bytes(len(ids) * wbytes)
+    elif wbytes:
+        payload += struct.pack("<%d%s" % (len(ids), "IHH"[(flags & 3) - 1]),
+                               *[b for r in weights for b in r])
     return struct.pack("<I", len(payload)) + payload
 
 
 class Routing(Tmp):
-    def setup_restore(self, records, windows, truth_steps):
+    def setup_restore(self, records, windows, truth_steps, truth_weights=None):
         os.makedirs(self.path("out"), exist_ok=True)
         self.write("out/routing.bin", b"".join(records))
         self.write("out/manifest.json", json.dumps(
             {"resume_step": 2, "routing": {"file": "routing.bin", "records": len(records),
                                            "windows": windows}}))
-        self.write("truth", formats.truth_header(2, 8, 2) +
-                   "".join(formats.truth_step(s, layers) for s, layers in truth_steps))
+        w = truth_weights or {}
+        self.write("truth", formats.truth_header(2, 8, 2, weights=bool(w)) +
+                   "".join(formats.truth_step(s, layers, w.get(s))
+                           for s, layers in truth_steps))
         return quiet(check_routing.main, [self.path("out"), self.path("truth")])
 
     WINDOWS = [{"id": 3, "first_step": 0, "steps": 2, "flags": 0}]
@@ -205,6 +227,55 @@ class Routing(Tmp):
                     routing_record(0, 1, [[6, 5]], width=4, flags=flags)] + self.records()[2:]
             rc, out = self.setup_restore(recs, self.WINDOWS, self.TRUTH)
             self.assertEqual(rc, 0, out)
+
+    # The truth's weights, float32 bits, for TRUTH's ids: 0.5, 0.25, ... and
+    # a NaN, a negative zero and a subnormal among them.
+    W = {0: [[[0x3f000000, 0x3e800000], [0x7fc00001, 0x80000000]], [[0x00000001, 0x3f800000]]],
+         1: [[[0x3f400000, 0x3d800000]], [[0x40000000, 0xbf800000]]]}
+
+    def weighted(self, flags=1, step1_layer1=None):
+        """self.records() with weights: TRUTH's pairs in the logged order."""
+        f32 = {0: [[[0x3e800000, 0x3f000000], [0x7fc00001, 0x80000000]],
+                   [[0x3f800000, 0x00000001]]],
+               1: [[[0x3d800000, 0x3f400000]], [[0xbf800000, 0x40000000]]]}
+        if step1_layer1:
+            f32[1][1] = step1_layer1
+        logged = [(0, 0, [[2, 1], [3, 4]]), (0, 1, [[6, 5]]), (1, 0, [[0, 7]]),
+                  (1, 1, [[7, 1]])]
+
+        def enc(b):
+            return b if flags == 1 else b >> 16
+
+        return [routing_record(s, layer, rows, flags=flags,
+                               weights=[[enc(b) for b in r] for r in f32[s][layer]])
+                for s, layer, rows in logged]
+
+    def test_gating_weights_against_the_truth(self):
+        rc, out = self.setup_restore(self.weighted(), self.WINDOWS, self.TRUTH, self.W)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("5 token rows of 2 ids with their gating weights", out)
+        # bfloat16 records: the top halves of the same bits, which is what
+        # the truth must then say (the NaN's payload and the subnormal go).
+        w = {s: [[[b & 0xFFFF0000 for b in r] for r in rows] for rows in layers]
+             for s, layers in self.W.items()}
+        rc, out = self.setup_restore(self.weighted(flags=2), self.WINDOWS, self.TRUTH, w)
+        self.assertEqual(rc, 0, out)
+
+    def test_a_wrong_weight_is_a_mismatch(self):
+        rc, out = self.setup_restore(self.weighted(step1_layer1=[[0xbf800000, 0x40000001]]),
+                                     self.WINDOWS, self.TRUTH, self.W)
+        self.assertEqual(rc, 1)
+        self.assertIn("step 1 layer 1 row 0: logged [1:40000001, 7:bf800000], the truth's "
+                      "top-2 is [1:40000000, 7:bf800000]", out)
+        # Weights swapped between two ids of a row.
+        rc, out = self.setup_restore(self.weighted(step1_layer1=[[0x40000000, 0xbf800000]]),
+                                     self.WINDOWS, self.TRUTH, self.W)
+        self.assertEqual(rc, 1)
+        self.assertIn("step 1 layer 1 row 0", out)
+        # Records without weights, a truth with them.
+        rc, out = self.setup_restore(self.records(), self.WINDOWS, self.TRUTH, self.W)
+        self.assertEqual(rc, 1)
+        self.assertIn("step 0 layer 0: a record carries no gating weights", out)
 
     def test_rows_of_one_layer_in_several_records(self):
         recs = self.records()
@@ -451,7 +522,7 @@ class ServeTruth(Tmp):
             "steps=2 vocab=512 seed=1 block-size=16 kv-blocks=2\n"
             "step 0\nrows 0 1 2\nlayer 0 1,2 3,4 5,6\nlayer 1 0,1 2,3 4,5\n"
             "weights 0 3f000000,3e800000 3f000000,3e800000 3f000000,3e800000\n"
-            "weights 1 3f000000,3e800000 3f000000,3e800000 3f000000,3e800000\n"
+            "weights 1 3f000000,3e800000 3f000000,3e800000 3f000001,3e800000\n"
             "kv 00000000\ntokens 1 2 3\n"
             "step 1\nrows\nlayer 0\nlayer 1\nweights 0\nweights 1\nkv 00000000\ntokens\n"
             "seq 0 join 0 leave 1 tokens 1\ntoken-hash 0\n")
@@ -460,11 +531,14 @@ class ServeTruth(Tmp):
         src = self.write("serve.truth", self.TEXT)
         rc, out = quiet(serve_truth.main, [src, self.path("t")])
         self.assertEqual(rc, 0, out)
-        head, steps = formats.truth_read(self.path("t"))
+        head, steps, weights = formats.truth_read(self.path("t"))
         self.assertEqual(head["topk"], 2)
         # Sequences 0 and 2 (group 0), then 1 (group 1).
         self.assertEqual(steps[0], [[[1, 2], [5, 6], [3, 4]], [[0, 1], [4, 5], [2, 3]]])
         self.assertEqual(steps[1], [[], []])
+        self.assertEqual(weights[0][1], [[0x3f000000, 0x3e800000], [0x3f000001, 0x3e800000],
+                                         [0x3f000000, 0x3e800000]])
+        self.assertEqual(weights[1], [[], []])
 
     def test_bad_serve_truth(self):
         src = self.write("serve.truth", self.TEXT.replace("layer 1 0,1", "layer 3 0,1"))
