@@ -297,7 +297,7 @@ class Decoder:
         self.routed.append(output[2].clone())
         if self.a.truth:
             probs = self.torch.nn.functional.softmax(output[0], dtype=self.torch.float, dim=-1)
-            self.weights.append(self.torch.topk(probs, self.a.topk, dim=-1).values)
+            self.weights.append(self.torch.topk(probs, self.a.topk, dim=-1))
 
     def forward(self, ids, pos):
         self.routed, self.weights = [], []
@@ -338,9 +338,13 @@ class Decoder:
 
     def truth_step(self, t, routed):
         """The truth's line of step t: ids and the weights' float32 bits."""
-        ids, weights = routed
-        bits = [(w.contiguous().view(self.torch.int32).to(self.torch.int64) & 0xFFFFFFFF).tolist()
-                for w in weights]
+        ids, topks = routed
+        for layer, (i, k) in enumerate(zip(ids, topks)):
+            if not self.torch.equal(i, k.indices):
+                die(1, "step %d layer %d: the router's softmax top-k done again picks other "
+                    "experts than the router did" % (t, layer))
+        bits = [(k.values.contiguous().view(self.torch.int32).to(self.torch.int64) &
+                 0xFFFFFFFF).tolist() for k in topks]
         return formats.truth_step(t, [i.tolist() for i in ids], bits)
 
 
