@@ -222,7 +222,8 @@ static void capture_open(void)
 {
 	struct wa_sink sink = { .wal = cap.set.wal, .kvs = cap.set.kvs, .log_lock = allocs_lock(),
 				.first_step = resume_active() ? resume_last_step() + 1 : 0,
-				.untracked = pools_untracked };
+				.untracked = pools_untracked, .staged = snap_done,
+				.restage = snap_restage };
 	char why[256];
 	void *host;
 	int r;
@@ -236,8 +237,11 @@ static void capture_open(void)
 		capture_off(why);
 		return;
 	}
-	ring_init(&cap.ring, host, ring_size(CAP_RING_BYTES));
-	cap.prod = producers(CAP_RING_BYTES);
+	if (ring_init(&cap.ring, host, ring_size(CAP_RING_BYTES)) < 0) {
+		capture_off("the ring's size is not one it can take");
+		return;
+	}
+	cap.prod = producers(cap.ring.mask + 1);
 	if (!(cap.wa = wa_create(&sink)) || !(cap.clock = clk_create(cap.set.window))) {
 		capture_off("out of memory");
 		return;

@@ -117,9 +117,14 @@ int snap_done(void)
 	       shim_dev_query(sn.done) == 0;
 }
 
-void snap_forget(void)
+void snap_restage(void)
 {
 	atomic_store_explicit(&sn.force, 1, memory_order_relaxed);
+}
+
+void snap_forget(void)
+{
+	snap_restage();
 	atomic_store_explicit(&sn.busy, 0, memory_order_release);
 }
 

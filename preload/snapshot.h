@@ -75,6 +75,10 @@ atomic_int *snap_busy(void);
 int snap_done(void);
 void snap_forget(void);
 
+/* The next snapshot stages every chunk (KVSNAP_FORCE): some that a window
+ * staged never reached the store (window.h, wa_sink.restage). */
+void snap_restage(void);
+
 /* Boundaries enqueued and skipped, the application's time enqueueing
  * them, and the device's time running them (of those timed). */
 struct snap_counts {

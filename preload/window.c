@@ -7,6 +7,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "diag.h"
 #include "format.h"
@@ -184,6 +185,37 @@ static void routing(struct window_asm *wa, const struct cap_entry *e, const void
 
 /* Copy the staged chunks into the KV store and log their KVREFs; the log
  * lock is held.  Returns the number logged; flags what could not be. */
+/* How long a mark waits for its boundary to complete: the mark is written
+ * by the boundary's last kernel, only its done event comes after, so this
+ * is a bound, never the wait. */
+#define STAGED_WAIT_NS 1000000000u
+
+/* Whether the boundary of the mark being handled has completed, polling
+ * for up to STAGED_WAIT_NS. */
+static int boundary_done(const struct window_asm *wa)
+{
+	const struct timespec poll = { 0, 10000 };
+	uint64_t deadline;
+
+	if (!wa->sink.staged || wa->sink.staged())
+		return 1;
+	for (deadline = mono_ns() + STAGED_WAIT_NS; mono_ns() < deadline;) {
+		nanosleep(&poll, NULL);
+		if (wa->sink.staged())
+			return 1;
+	}
+	return 0;
+}
+
+/* What a snapshot staged will not all reach the store: the window is
+ * KV-partial, and the next snapshot stages every chunk again. */
+static void chunks_lost(struct window_asm *wa)
+{
+	wa->flags |= WINDOW_KV_PARTIAL;
+	if (wa->sink.restage)
+		wa->sink.restage();
+}
+
 static uint32_t put_chunks(struct window_asm *wa, uint64_t window, uint64_t last_step)
 {
 	const struct kv_stage *s = atomic_load_explicit(&wa->stage, memory_order_acquire);
@@ -196,6 +228,10 @@ static uint32_t put_chunks(struct window_asm *wa, uint64_t window, uint64_t last
 	 * (snapshot.h); without one, the chunks that changed are unknown. */
 	if (!s) {
 		wa->flags |= WINDOW_KV_PARTIAL;
+		return 0;
+	}
+	if (!boundary_done(wa)) {
+		chunks_lost(wa);
 		return 0;
 	}
 	t = (const struct kv_stage_entry *)((const uint8_t *)s + s->table_off);
@@ -214,12 +250,12 @@ static uint32_t put_chunks(struct window_asm *wa, uint64_t window, uint64_t last
 		if (e.data > s->capacity || e.bytes > s->capacity - e.data ||
 		    kvs_put(wa->sink.kvs, e.pool, e.chunk, data + e.data, e.bytes, window,
 			    &ref.store_off, &ref.crc) < 0) {
-			wa->flags |= WINDOW_KV_PARTIAL;
+			chunks_lost(wa);
 			continue;
 		}
 		rec_kvref_encode(p, &ref);
 		if (wal_append(wa->sink.wal, WAL_REC_KVREF, p, sizeof p) < 0) {
-			wa->flags |= WINDOW_KV_PARTIAL;
+			chunks_lost(wa);
 			continue;
 		}
 		logged++;
@@ -330,6 +366,8 @@ static void commit(struct window_asm *wa, uint64_t end)
 	if (r < 0) {
 		wal_abort(wa->sink.wal);
 		unput_chunks(wa, st.open_window);
+		if (wa->sink.restage)
+			wa->sink.restage();
 	}
 	pthread_mutex_unlock(wa->sink.log_lock);
 	dt = mono_ns() - t0;

@@ -9,6 +9,7 @@
  */
 #include <pthread.h>
 #include <sched.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,26 @@ static unsigned untracked(void)
 	return untracked_pools;
 }
 
+/* The boundary's completion as the sink asks (snapshot.h's snap_done):
+ * "not yet" for the next not_staged asks (UINT_MAX: never); and the
+ * restage requests the assembler made. */
+static unsigned not_staged, staged_asks, restaged;
+
+static int staged(void)
+{
+	staged_asks++;
+	if (!not_staged)
+		return 1;
+	if (not_staged != UINT_MAX)
+		not_staged--;
+	return 0;
+}
+
+static void restage(void)
+{
+	restaged++;
+}
+
 static void fx_open(struct fx *f, uint64_t size, int with_kv)
 {
 	struct wal_error err = { 0 };
@@ -81,8 +102,9 @@ static void fx_open(struct fx *f, uint64_t size, int with_kv)
 	CU_ASSERT_PTR_NOT_NULL_FATAL(f->stage);
 	CU_ASSERT_EQUAL_FATAL(kv_stage_init(f->stage, STAGE_LEN, CHUNK), 0);
 	sink = (struct wa_sink){ .wal = f->wal, .kvs = f->kvs, .log_lock = &f->lock,
-				 .untracked = untracked };
+				 .untracked = untracked, .staged = staged, .restage = restage };
 	untracked_pools = 0;
+	not_staged = staged_asks = restaged = 0;
 	f->wa = wa_create(&sink);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(f->wa);
 	wa_set_stage(f->wa, f->stage, &f->busy);
@@ -639,9 +661,12 @@ static void test_kv(void)
 	atomic_store(&f.busy, 1);
 	snap(&f, 3);
 	CU_ASSERT_EQUAL(atomic_load(&f.busy), 0);
+	/* What found no room is still changed for the snapshots: no restage. */
+	CU_ASSERT_EQUAL(restaged, 0);
 
 	/* [3, 4): entries past the data area: one ends past it, one starts
-	 * past it; one good. */
+	 * past it; one good.  The bad ones never reach the store while their
+	 * sums say staged: every chunk is staged again. */
 	kv_stage_reset(s);
 	stage_entry(s, p0, 0, CHUNK, cap - KVSNAP_ALIGN, 0);
 	stage_put(s, p1, 0, CHUNK, 0, 5);
@@ -650,6 +675,7 @@ static void test_kv(void)
 	atomic_store(&f.busy, 1);
 	snap(&f, 4);
 	CU_ASSERT_EQUAL(atomic_load(&f.busy), 0);
+	CU_ASSERT_EQUAL(restaged, 2);
 
 	/* [4, 5): nothing changed. */
 	kv_stage_reset(s);
@@ -686,6 +712,48 @@ static void test_kv(void)
 	CU_ASSERT_EQUAL(kvs_reader_chunk(kr, p0, 2, id + 3, NULL, NULL, NULL, NULL),
 			KVS_CHUNK_NONE);
 	kvs_reader_close(kr);
+	fx_close(&f);
+}
+
+/* A mark is handled once its boundary has completed (the counters come
+ * back by a copy it does not order): the assembler waits for that; when
+ * it never comes, the window is KV-partial, nothing of the staging is
+ * read, and every chunk is staged again. */
+static void test_wait_for_the_boundary(void)
+{
+	struct kvs_pool_desc d = { .fingerprint = 0x4444, .size = 4 * CHUNK, .chunk_bytes = CHUNK };
+	struct wal_reader *r;
+	struct fx f;
+	uint32_t p = 99;
+	uint64_t id;
+
+	fx_open(&f, LOG_SIZE, 1);
+	CU_ASSERT_EQUAL_FATAL(kvs_pool(f.kvs, &d, &p), 0);
+	stage_put(f.stage, p, 1, CHUNK, 0, 1);
+	marker(&f, A, 0);
+	not_staged = 3;
+	atomic_store(&f.busy, 1);
+	snap(&f, 1);
+	CU_ASSERT_EQUAL(staged_asks, 4);
+	CU_ASSERT_EQUAL(restaged, 0);
+
+	kv_stage_reset(f.stage);
+	stage_put(f.stage, p, 2, CHUNK, 0, 2);
+	marker(&f, A, 1);
+	not_staged = UINT_MAX;
+	atomic_store(&f.busy, 1);
+	snap(&f, 2);
+	CU_ASSERT_EQUAL(atomic_load(&f.busy), 0);
+	CU_ASSERT_EQUAL(restaged, 1);
+	expect_stats(&f, (struct wa_stats){ .windows = 2, .kv_chunks = 1, .kv_bytes = CHUNK });
+	r = reader(&f);
+	CU_ASSERT_EQUAL_FATAL(nwindows(r), 2);
+	id = f.first_window;
+	expect_steps(r, id, (struct rec_window_steps){ 0, 1, 0, 0, 1 });
+	expect_kv(&f, r, id, 0, (struct kwant[]){ { p, CHUNK, 1, 1 } }, 1);
+	expect_shape(r, id + 1, "W");
+	expect_steps(r, id + 1, (struct rec_window_steps){ 1, 1, 0, WINDOW_KV_PARTIAL, 0 });
+	wal_reader_close(r);
 	fx_close(&f);
 }
 
@@ -864,6 +932,7 @@ static void full_log(uint32_t layers, uint32_t rows)
 	CU_ASSERT_PTR_NOT_NULL(strstr(logged[0], "cannot commit the window of steps 0-1"));
 	CU_ASSERT_EQUAL(commits(&f), 0);
 	expect_stats(&f, (struct wa_stats){ .entries = layers, .failures = 1 });
+	CU_ASSERT_EQUAL(restaged, 1);	/* what it staged was taken back */
 
 	marker(&f, A, 2);
 	small = route(&f, A, 256, 2, 0, 2, 8);
@@ -1069,6 +1138,7 @@ int main(void)
 		{ "unplaced routing and drops flag one window", test_gaps },
 		{ "KV chunks, overflow, bad staging entries", test_kv },
 		{ "a pool the store could not take", test_untracked },
+		{ "a mark waits for its boundary", test_wait_for_the_boundary },
 		{ "no KV store", test_no_store },
 		{ "a mark without steps commits nothing", test_empty_mark },
 		{ "a window larger than the log", test_full },
