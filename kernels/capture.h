@@ -71,7 +71,10 @@
  * of the header's tail, then the release of tail_seen and the next
  * producer's acquire of it, order the consumer's zeroing before any store
  * into the space.  The header's head then stays 0; drops are still counted
- * in the header (rare, and the consumer reads them).
+ * in the header (rare, and the consumer reads them).  The words belong to
+ * one context, the one the append kernel's module is loaded into: the
+ * driver refuses that kernel on another context's stream, so no append
+ * reaches them from elsewhere.
  */
 #ifndef MOEFT_CAPTURE_H
 #define MOEFT_CAPTURE_H

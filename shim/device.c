@@ -229,7 +229,8 @@ int shim_dev_elapsed(void *start, void *end, float *ms)
 {
 	__typeof__(&cuEventElapsedTime_v2) elapsed;
 
-	if (!REAL(elapsed, cuEventElapsedTime_v2))
+	/* Drivers before CUDA 12.8 lack it: no timing then, and no word. */
+	if (!PROBE(elapsed, cuEventElapsedTime_v2))
 		return CUDA_ERROR_NOT_FOUND;
 	return elapsed(ms, (CUevent)start, (CUevent)end);
 }

@@ -156,7 +156,8 @@ void shim_dev_stream_free(void *stream); /* its work still runs */
 int shim_dev_event(void **event);       /* without timing */
 int shim_dev_timed_event(void **event); /* with timing */
 /* Milliseconds between two completed timed events (CUDA_ERROR_NOT_READY
- * while either is pending). */
+ * while either is pending; CUDA_ERROR_NOT_FOUND, silently, from a driver
+ * older than CUDA 12.8). */
 int shim_dev_elapsed(void *start, void *end, float *ms);
 void shim_dev_event_free(void *event);
 int shim_dev_record(void *event, void *stream);

@@ -35,6 +35,22 @@ class Record:
     # wrows: per row the weights as float32 bits, None without weights
 
 
+def half_to_f32(h):
+    """The bits of the float32 that float16 h is, NaN payloads kept."""
+    sign, exp, man = h >> 15 << 31, (h >> 10) & 0x1F, h & 0x3FF
+    if exp == 0x1F:
+        return sign | 0xFF << 23 | man << 13
+    if exp == 0:
+        if not man:
+            return sign
+        exp = 1
+        while not man & 0x400:
+            man <<= 1
+            exp -= 1
+        man &= 0x3FF
+    return sign | (exp - 15 + 127) << 23 | man << 13
+
+
 def f32_bits(raw, flags):
     """Weights of a record (flags 1 float32, 2 bfloat16, 3 float16) as the
     bits of the float32 each is exactly."""
@@ -43,8 +59,7 @@ def f32_bits(raw, flags):
     halves = struct.unpack("<%dH" % (len(raw) // 2), raw)
     if flags == 2:
         return [h << 16 for h in halves]
-    return [struct.unpack("<I", struct.pack("<f", struct.unpack("<e", struct.pack("<H", h))[0]))[0]
-            for h in halves]
+    return [half_to_f32(h) for h in halves]
 
 
 def read_routing(path):
@@ -152,7 +167,7 @@ def tile(recs, want):
 
 def compare(records, windows, head, truth, truth_w):
     """(compared rows, steps compared, first mismatch or None); truth_w the
-    truth's weights ({} without)."""
+    truth's weights, None without."""
     covered = sorted({s for w in windows for s in range(w["first_step"],
                                                         w["first_step"] + w["steps"])})
     for w in windows:
@@ -178,12 +193,13 @@ def compare(records, windows, head, truth, truth_w):
             if got != len(want):
                 return rows_compared, [step], "step %d layer %d: %d rows logged in %d records, " \
                     "the truth has %d" % (step, layer, got, len(recs), len(want))
-            if truth_w and any(r.wrows is None for r in recs):
+            if truth_w is not None and any(r.wrows is None for r in recs):
                 return rows_compared, [step], "step %d layer %d: a record carries no " \
                     "gating weights; the truth lists them" % (step, layer)
-            want_w = truth_w[step][layer] if truth_w else None
+            want_w = truth_w[step][layer] if truth_w is not None else None
             keys = row_keys(want, want_w)
-            bad = tile([row_keys(r.rows, r.wrows if truth_w else None) for r in recs], keys)
+            bad = tile([row_keys(r.rows, r.wrows if truth_w is not None else None)
+                        for r in recs], keys)
             if bad:
                 return rows_compared, [step], "step %d layer %d row %d: logged %s, the " \
                     "truth's top-%d is %s" % (step, layer, bad[0], show(bad[1]),
@@ -208,7 +224,8 @@ def main(argv):
         print("check_routing: routing.bin holds %d records, the manifest says %d"
               % (len(records), want_records), file=sys.stderr)
         return 2
-    rows, steps, bad = compare(records, windows, head, truth, truth_w)
+    rows, steps, bad = compare(records, windows, head, truth,
+                               truth_w if head.get("weights") else None)
     if bad:
         print("check_routing: MISMATCH: %s" % bad)
         if steps:
@@ -222,7 +239,7 @@ def main(argv):
     print("check_routing: OK: steps %d-%d (%d steps in %d windows), %d layers, %d token rows "
           "of %d ids%s: every logged set is the truth's" % (
               steps[0], steps[-1], len(steps), len(windows), head["layers"], rows, head["topk"],
-              " with their gating weights" if truth_w else ""))
+              " with their gating weights" if head.get("weights") else ""))
     return 0
 
 

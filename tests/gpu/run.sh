@@ -85,7 +85,11 @@ build_moeft() {
 	PATH=$PATH:/usr/local/cuda/bin:$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
 	export PATH
 	{
-		[[ -f $build/build.ninja ]] || meson setup "$build" -Dcuda=enabled -Dhttp=disabled
+		if [[ -f $build/build.ninja ]]; then
+			meson configure "$build" -Dcuda=enabled -Dhttp=disabled
+		else
+			meson setup "$build" -Dcuda=enabled -Dhttp=disabled
+		fi
 		ninja -C "$build" tools/moeft preload/libmoeft.so demo/moeft-serve \
 			tests/gpu/test_kernels_gpu
 	} >"$logdir/build.log" 2>&1 || { tail -30 "$logdir/build.log"; exit 1; }

@@ -261,6 +261,17 @@ class Routing(Tmp):
         rc, out = self.setup_restore(self.weighted(flags=2), self.WINDOWS, self.TRUTH, w)
         self.assertEqual(rc, 0, out)
 
+    def test_float16_weights_exactly(self):
+        # 1.0, -2.0, the smallest subnormal, infinity, a NaN with a payload
+        for h, f in [(0x3C00, 0x3F800000), (0xC000, 0xC0000000), (0x0001, 0x33800000),
+                     (0x03FF, 0x387FC000), (0x7C00, 0x7F800000), (0xFE01, 0xFFC02000),
+                     (0x8000, 0x80000000)]:
+            self.assertEqual(check_routing.half_to_f32(h), f, hex(h))
+            self.assertEqual(check_routing.half_to_f32(h),
+                             f if h in (0xFE01,) else struct.unpack(
+                                 "<I", struct.pack("<f", struct.unpack("<e", struct.pack(
+                                     "<H", h))[0]))[0])
+
     def test_a_wrong_weight_is_a_mismatch(self):
         rc, out = self.setup_restore(self.weighted(step1_layer1=[[0xbf800000, 0x40000001]]),
                                      self.WINDOWS, self.TRUTH, self.W)
