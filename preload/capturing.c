@@ -222,7 +222,7 @@ static void capture_open(void)
 {
 	struct wa_sink sink = { .wal = cap.set.wal, .kvs = cap.set.kvs, .log_lock = allocs_lock(),
 				.first_step = resume_active() ? resume_last_step() + 1 : 0,
-				.untracked = pools_untracked, .staged = snap_done,
+				.untracked = pools_untracked, .staged = snap_staged,
 				.restage = snap_restage };
 	char why[256];
 	void *host;

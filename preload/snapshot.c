@@ -41,6 +41,7 @@ struct pool {
 static struct {
 	void *side, *done, *events[CLK_MAX_LANES];
 	void *start;                /* timed, with done: the boundary's device time */
+	void *copied;               /* after the staging header came back */
 	int timed;                  /* start and done recorded, not yet read */
 	struct kv_stage *stage;     /* host view; NULL until the first boundary */
 	uint64_t stage_dev;
@@ -117,6 +118,11 @@ int snap_done(void)
 	       shim_dev_query(sn.done) == 0;
 }
 
+int snap_staged(void)
+{
+	return shim_dev_query(sn.copied) == 0;
+}
+
 void snap_restage(void)
 {
 	atomic_store_explicit(&sn.force, 1, memory_order_relaxed);
@@ -184,7 +190,8 @@ static int open_streams(char *why, size_t whylen)
 		return 0;
 	if (check(shim_dev_stream(&sn.side), "creating the side stream", why, whylen) ||
 	    check(shim_dev_timed_event(&sn.start), "creating an event", why, whylen) ||
-	    check(shim_dev_timed_event(&sn.done), "creating an event", why, whylen))
+	    check(shim_dev_timed_event(&sn.done), "creating an event", why, whylen) ||
+	    check(shim_dev_event(&sn.copied), "creating an event", why, whylen))
 		return -1;
 	for (i = 0; i < CLK_MAX_LANES; i++)
 		if (check(shim_dev_event(&sn.events[i]), "creating an event", why, whylen))
@@ -340,9 +347,10 @@ static int enqueue(const struct cap_append_args *mark, void *const *lanes, unsig
 			return -1;
 		p->fresh = 0;
 	}
-	if (sn.ctl_dev && check(shim_dev_copy_to_host(sn.stage, sn.ctl_dev, sizeof *sn.stage,
-						      sn.side), "copying the staging header back",
-				why, whylen))
+	if ((sn.ctl_dev && check(shim_dev_copy_to_host(sn.stage, sn.ctl_dev, sizeof *sn.stage,
+						       sn.side), "copying the staging header back",
+				 why, whylen)) ||
+	    check(shim_dev_record(sn.copied, sn.side), "recording an event", why, whylen))
 		return -1;
 	if (check(kernels_append(sn.side, mark), "launching the snapshot mark", why, whylen) ||
 	    check(shim_dev_record(sn.done, sn.side), "recording an event", why, whylen))

@@ -75,6 +75,12 @@ atomic_int *snap_busy(void);
 int snap_done(void);
 void snap_forget(void);
 
+/* Whether the staging header of the boundary whose mark arrived is back
+ * for the host to read (window.h, wa_sink.staged): its event is recorded
+ * before the mark, so once the mark is in the ring this holds, whatever
+ * the host's view of the copy's writes. */
+int snap_staged(void);
+
 /* The next snapshot stages every chunk (KVSNAP_FORCE): some that a window
  * staged never reached the store (window.h, wa_sink.restage). */
 void snap_restage(void);

@@ -185,12 +185,12 @@ static void routing(struct window_asm *wa, const struct cap_entry *e, const void
 
 /* Copy the staged chunks into the KV store and log their KVREFs; the log
  * lock is held.  Returns the number logged; flags what could not be. */
-/* How long a mark waits for its boundary to complete: the mark is written
- * by the boundary's last kernel, only its done event comes after, so this
- * is a bound, never the wait. */
+/* How long a mark waits for its staging header: the event that says it is
+ * back comes before the mark in the stream, so this is a guard, never the
+ * wait. */
 #define STAGED_WAIT_NS 1000000000u
 
-/* Whether the boundary of the mark being handled has completed, polling
+/* Whether the staging header of the mark being handled is back, polling
  * for up to STAGED_WAIT_NS. */
 static int boundary_done(const struct window_asm *wa)
 {

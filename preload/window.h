@@ -65,9 +65,10 @@ struct wa_sink {
 	/* KV pools the store could not take (NULL: none ever): while not 0,
 	 * every window lacks their KV and is committed KV-partial. */
 	unsigned (*untracked)(void);
-	/* Whether the boundary whose mark arrived has completed on the device
-	 * (NULL: take it as done): the staging header's counters come back by
-	 * a copy that the mark's own write to the ring does not order. */
+	/* Whether the staging header of the boundary whose mark arrived is
+	 * back (NULL: take it as back): its counters come by a copy that the
+	 * mark's own write to the ring does not order, so the event after the
+	 * copy says. */
 	int (*staged)(void);
 	/* Have the next snapshot stage every chunk again (NULL: nothing to
 	 * do): chunks a snapshot staged did not reach the store, yet their
