@@ -18,6 +18,17 @@ fail() {
 	exit 1
 }
 
+# reported NAME WHAT: check_routing on the restore copied to NAME and
+# changed there (WHAT) must exit 1 naming the last record's row.
+reported() {
+	rc=0
+	python3 "$here/check_routing.py" "$dir/$1" "$dir/truth" >"$dir/$1.out" || rc=$?
+	if [ $rc != 1 ] || ! grep -q 'MISMATCH: step 47 layer 3 row' "$dir/$1.out"; then
+		fail "$2: exit $rc, want 1 and the mismatch: $(cat "$dir/$1.out")"
+	fi
+	echo "gpu cpu_check.sh: $2 is reported: $(head -1 "$dir/$1.out")"
+}
+
 env MOEFT_WAL="$dir/s.wal" LD_PRELOAD="$lib" "$serve" --mode=eager --steps=64 \
 	--truth="$dir/serve.truth" >/dev/null 2>"$dir/serve.err" ||
 	fail "serve under the preload failed: $(cat "$dir/serve.err")"
@@ -48,12 +59,7 @@ new = min(set(range(experts)) - set(row))
 data[ids:ids + width] = new.to_bytes(width, "little")
 open(path, "wb").write(data)
 EOF
-rc=0
-python3 "$here/check_routing.py" "$dir/flipped" "$dir/truth" >"$dir/flipped.out" || rc=$?
-if [ $rc != 1 ] || ! grep -q 'MISMATCH: step 47 layer 3 row' "$dir/flipped.out"; then
-	fail "a changed id: exit $rc, want 1 and the mismatch: $(cat "$dir/flipped.out")"
-fi
-echo "gpu cpu_check.sh: a changed id is reported: $(head -1 "$dir/flipped.out")"
+reported flipped "a changed id"
 
 # One bit of the last record's last weight flipped (float32 weights: the
 # payload's last 4 bytes).
@@ -65,9 +71,4 @@ data = bytearray(open(path, "rb").read())
 data[-1] ^= 0x01
 open(path, "wb").write(data)
 EOF
-rc=0
-python3 "$here/check_routing.py" "$dir/wflip" "$dir/truth" >"$dir/wflip.out" || rc=$?
-if [ $rc != 1 ] || ! grep -q 'MISMATCH: step 47 layer 3 row' "$dir/wflip.out"; then
-	fail "a flipped weight bit: exit $rc, want 1 and the mismatch: $(cat "$dir/wflip.out")"
-fi
-echo "gpu cpu_check.sh: a flipped weight bit is reported: $(head -1 "$dir/wflip.out")"
+reported wflip "a flipped weight bit"

@@ -110,6 +110,18 @@ static void fx_open(struct fx *f, uint64_t size, int with_kv)
 	wa_set_stage(f->wa, f->stage, &f->busy);
 }
 
+/* fx_open with a KV store and one pool of 4 chunks in it: its number. */
+static uint32_t fx_open_pool(struct fx *f, uint64_t fingerprint)
+{
+	struct kvs_pool_desc d = { .fingerprint = fingerprint, .size = 4 * CHUNK,
+				   .chunk_bytes = CHUNK };
+	uint32_t p = 99;
+
+	fx_open(f, LOG_SIZE, 1);
+	CU_ASSERT_EQUAL_FATAL(kvs_pool(f->kvs, &d, &p), 0);
+	return p;
+}
+
 static void fx_close(struct fx *f)
 {
 	wa_destroy(f->wa);
@@ -721,14 +733,11 @@ static void test_kv(void)
  * read, and every chunk is staged again. */
 static void test_wait_for_the_boundary(void)
 {
-	struct kvs_pool_desc d = { .fingerprint = 0x4444, .size = 4 * CHUNK, .chunk_bytes = CHUNK };
 	struct wal_reader *r;
 	struct fx f;
-	uint32_t p = 99;
+	uint32_t p = fx_open_pool(&f, 0x4444);
 	uint64_t id;
 
-	fx_open(&f, LOG_SIZE, 1);
-	CU_ASSERT_EQUAL_FATAL(kvs_pool(f.kvs, &d, &p), 0);
 	stage_put(f.stage, p, 1, CHUNK, 0, 1);
 	marker(&f, A, 0);
 	not_staged = 3;
@@ -761,14 +770,11 @@ static void test_wait_for_the_boundary(void)
  * window is KV-partial, its other chunks stored and logged all the same. */
 static void test_untracked(void)
 {
-	struct kvs_pool_desc d = { .fingerprint = 0x3333, .size = 4 * CHUNK, .chunk_bytes = CHUNK };
 	struct wal_reader *r;
 	struct fx f;
-	uint32_t p = 99;
+	uint32_t p = fx_open_pool(&f, 0x3333);
 	uint64_t id;
 
-	fx_open(&f, LOG_SIZE, 1);
-	CU_ASSERT_EQUAL_FATAL(kvs_pool(f.kvs, &d, &p), 0);
 	for (uint64_t t = 0; t < 3; t++) {
 		untracked_pools = t > 0;
 		kv_stage_reset(f.stage);
