@@ -392,6 +392,26 @@ static void test_check(void)
 	unlink(path);
 }
 
+/* The nesting program's log at path: NEST_ALLOCS allocations and as many
+ * frees, all of one of them through the API `sync`, the one left through
+ * `async`, none through any other. */
+static void expect_nest_log(const char *path, int sync, int async)
+{
+	struct logged l;
+	unsigned others = 0;
+
+	CU_ASSERT_FATAL(read_log(path, &l) == 0);
+	CU_ASSERT_EQUAL(l.bad, 0);
+	CU_ASSERT_EQUAL(l.allocs, NEST_ALLOCS);
+	CU_ASSERT_EQUAL(l.frees, NEST_ALLOCS);
+	CU_ASSERT_EQUAL(l.api[sync], NEST_ALLOCS - 1);
+	CU_ASSERT_EQUAL(l.api[async], 1);
+	for (int i = 0; i < ALLOC_API_COUNT; i++)
+		if (i != sync && i != async)
+			others += l.api[i];
+	CU_ASSERT_EQUAL(others, 0);
+}
+
 /* cudart's driver calls nested in our runtime wrappers: one event per
  * application call, made by the runtime API. */
 static void test_nesting(void)
@@ -399,7 +419,6 @@ static void test_nesting(void)
 	const char *argv[] = { nest, NULL };
 	char path[256], wal[300];
 	const char *env[] = { wal, "MOEFT_WAL_SIZE=4M", "MOEFT_LOG=info", NULL };
-	struct logged l;
 	struct run r;
 
 	r = run(argv, NULL, 0);
@@ -410,13 +429,7 @@ static void test_nesting(void)
 	CU_ASSERT_EQUAL(r.status, 0);
 	CU_ASSERT_EQUAL(summary_value(r.err, "allocations"), NEST_ALLOCS);
 	CU_ASSERT_EQUAL(summary_value(r.err, "frees"), NEST_ALLOCS);
-	CU_ASSERT_FATAL(read_log(path, &l) == 0);
-	CU_ASSERT_EQUAL(l.bad, 0);
-	CU_ASSERT_EQUAL(l.allocs, NEST_ALLOCS);
-	CU_ASSERT_EQUAL(l.frees, NEST_ALLOCS);
-	CU_ASSERT_EQUAL(l.api[ALLOC_API_CUDA_MALLOC], NEST_ALLOCS - 1);
-	CU_ASSERT_EQUAL(l.api[ALLOC_API_CUDA_MALLOC_ASYNC], 1);
-	CU_ASSERT_EQUAL(l.api[ALLOC_API_CU_MEM_ALLOC] + l.api[ALLOC_API_CU_MEM_ALLOC_ASYNC], 0);
+	expect_nest_log(path, ALLOC_API_CUDA_MALLOC, ALLOC_API_CUDA_MALLOC_ASYNC);
 	done(&r);
 	unlink(path);
 }
@@ -429,7 +442,6 @@ static void test_static_runtime(void)
 	const char *argv[] = { nest_static, NULL };
 	char path[256], wal[300];
 	const char *env[] = { wal, "MOEFT_WAL_SIZE=4M", NULL };
-	struct logged l;
 	struct run r;
 
 	snprintf(wal, sizeof wal, "MOEFT_WAL=%s", test_path(path, sizeof path, "nest-static"));
@@ -440,13 +452,7 @@ static void test_static_runtime(void)
 	CU_ASSERT(strstr(r.err, "no shared CUDA runtime (libcudart.so.13, libcudart.so.12) is "
 			 "loaded") != NULL &&
 		  strstr(r.err, "seen only through the driver") != NULL);
-	CU_ASSERT_FATAL(read_log(path, &l) == 0);
-	CU_ASSERT_EQUAL(l.bad, 0);
-	CU_ASSERT_EQUAL(l.allocs, NEST_ALLOCS);
-	CU_ASSERT_EQUAL(l.frees, NEST_ALLOCS);
-	CU_ASSERT_EQUAL(l.api[ALLOC_API_CU_MEM_ALLOC], NEST_ALLOCS - 1);
-	CU_ASSERT_EQUAL(l.api[ALLOC_API_CU_MEM_ALLOC_ASYNC], 1);
-	CU_ASSERT_EQUAL(l.api[ALLOC_API_CUDA_MALLOC] + l.api[ALLOC_API_CUDA_MALLOC_ASYNC], 0);
+	expect_nest_log(path, ALLOC_API_CU_MEM_ALLOC, ALLOC_API_CU_MEM_ALLOC_ASYNC);
 	done(&r);
 	unlink(path);
 
