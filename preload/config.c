@@ -44,7 +44,7 @@
 const char *const config_vars[] = {
 	"MOEFT_WAL", "MOEFT_WAL_SIZE", "MOEFT_NUMA_NODE", "MOEFT_WINDOW", "MOEFT_COMMIT",
 	"MOEFT_PROFILE", "MOEFT_KV", "MOEFT_LOG", "MOEFT_DISABLE", "MOEFT_STRICT",
-	"MOEFT_RESTORE_AT", "MOEFT_KERNEL_IMAGE",
+	"MOEFT_RESTORE_AT", "MOEFT_KERNEL_IMAGE", "MOEFT_FORCE_FRESH",
 	/* Set by `moeft restore` for the process it starts: the plan the
 	 * preload follows, and the manifest for the application's own
 	 * recovery hook (the preload never reads it). */
@@ -459,6 +459,9 @@ int config_load(struct moeft_config *c, const char *(*get)(const char *name),
 		return -1;
 	if ((v = lookup(get, "MOEFT_KERNEL_IMAGE")) && load_kernel_image(c, v, err, errlen) < 0)
 		return -1;
+	if ((v = lookup(get, "MOEFT_FORCE_FRESH")) &&
+	    load_flag(&c->force_fresh, "MOEFT_FORCE_FRESH", v, err, errlen) < 0)
+		return -1;
 	return 0;
 }
 
@@ -547,10 +550,11 @@ void config_describe(const struct moeft_config *c, char *out, size_t len)
 		snprintf(numa, sizeof numa, "%d", c->numa_node);
 	snprintf(out, len,
 		 "wal=%s size=%s numa=%s window=%u commit=%s restore-at=%s profile=%s kv=%s "
-		 "log=%s strict=%s disable=%s",
+		 "log=%s strict=%s disable=%s force-fresh=%s",
 		 c->wal_path, fmt_bytes(c->wal_size, size, sizeof size), numa, c->window,
 		 c->commit_async ? "async" : "wait", c->restore_at_step ? "step" : "init",
 		 c->profile, c->kv_count ? c->kv_rules : "none",
 		 log_names[c->log_level >= 0 && c->log_level <= 3 ? c->log_level : 1],
-		 c->strict ? "on" : "off", c->disable ? "on" : "off");
+		 c->strict ? "on" : "off", c->disable ? "on" : "off",
+		 c->force_fresh ? "on" : "off");
 }

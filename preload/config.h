@@ -44,6 +44,9 @@ struct moeft_config {
 	int log_level;                  /* enum wal_log_level */
 	int disable;
 	int strict;
+	int force_fresh;                /* MOEFT_FORCE_FRESH: this run may
+					 * replace the state of a run that did
+					 * not exit (held.h) */
 };
 
 /*

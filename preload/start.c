@@ -1,5 +1,6 @@
 /*
- * start.c - the preload's start (start.h), fork, and the exit summary.
+ * start.c - the preload's start (start.h), fork, the exit record and the
+ * exit summary.
  */
 #include <inttypes.h>
 #include <limits.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "allocs.h"
@@ -16,11 +18,13 @@
 #include "config.h"
 #include "crash.h"
 #include "dispatch.h"
+#include "held.h"
 #include "kernels.h"
 #include "kvstore.h"
 #include "logname.h"
 #include "msg.h"
 #include "pools.h"
+#include "record.h"
 #include "resume.h"
 #include "shim.h"
 #include "start.h"
@@ -111,6 +115,57 @@ static int log_in_dir(char *err, size_t errlen)
 
 static void summary(void);
 
+/* The log holds the state of a run that did not exit (held.h): a run that
+ * is not its restore leaves it alone, unless MOEFT_FORCE_FRESH says the
+ * state may go.  1 when this process runs un-instrumented for it. */
+static int leave_held_state(void)
+{
+	struct held_state h;
+	char where[PATH_MAX], pid[32] = "";
+	char *slash;
+
+	if (pl.cfg.force_fresh || !held_read_path(pl.cfg.wal_path, &h) || !h.held)
+		return 0;
+	snprintf(where, sizeof where, "%s", pl.cfg.wal_path);
+	if (pl.cfg.wal_dir && (slash = strrchr(where, '/')) && slash != where)
+		*slash = '\0';	/* restore the directory: the server's set */
+	if (h.pid)
+		snprintf(pid, sizeof pid, "pid %" PRIu32 ", ", h.pid);
+	give_up("%s holds the state of a run that did not exit (%swindow %" PRIu64 ", resume at "
+		"step %" PRIu64 "); not writing over it: `moeft restore --wal %s -- CMD` brings it "
+		"back, MOEFT_FORCE_FRESH=1 lets a run replace it", pl.cfg.wal_path, pid, h.window,
+		h.last_step + 1, where);
+	return 1;
+}
+
+/* At a clean exit: an EXIT record after the last committed window, so that
+ * the next run may replace this one's state (held.h).  Under the log's
+ * order lock, so that no window is half appended when the writer ends;
+ * bounded, since exit() may come from a thread that holds it. */
+static void log_exit(void)
+{
+	uint8_t payload[EXIT_PAYLOAD_SIZE];
+	struct rec_exit e = { .pid = (uint32_t)getpid() };
+	struct timespec until;
+	int r;
+
+	if (!atomic_load_explicit(&pl.active, memory_order_acquire))
+		return;
+	rec_exit_encode(payload, &e);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 2;
+	if ((r = pthread_mutex_timedlock(allocs_lock(), &until)) != 0) {
+		msg_log(WAL_LOG_WARN, "cannot record this process's exit in the log (%s); the "
+			"next run on it leaves its state to a restore", strerror(r));
+		return;
+	}
+	r = wal_end(pl.wal, payload, sizeof payload);
+	pthread_mutex_unlock(allocs_lock());
+	if (r < 0)
+		msg_log(WAL_LOG_WARN, "cannot record this process's exit in the log: %s; the "
+			"next run on it leaves its state to a restore", wal_strerror(r));
+}
+
 static void drop_tables(void)
 {
 	dispatch_fini();
@@ -154,6 +209,10 @@ int preload_start(void)
 		give_up("MOEFT_WAL: %s", err);
 		return 0;
 	}
+	if (!resume_requested() && leave_held_state()) {
+		drop_tables();
+		return 0;
+	}
 	wal_options_init(&opt);
 	opt.size = pl.cfg.wal_size;
 	opt.numa_node = pl.cfg.numa_node;
@@ -176,6 +235,7 @@ int preload_start(void)
 	crash_install(pl.wal);
 	atomic_store_explicit(&pl.active, 1, memory_order_release);
 	atexit(summary);
+	atexit(log_exit);	/* runs first */
 	config_describe(&pl.cfg, desc, sizeof desc);
 	msg_log(WAL_LOG_INFO, "instrumenting (%u rules): %s", pl.prof.count, desc);
 	return 1;

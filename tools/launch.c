@@ -215,7 +215,8 @@ int launch_exec(char **cmd, const char *preload, const char *wal, const char *pl
 	/* Only the preload tells the command to resume, once it has taken
 	 * the plan (preload/resume.h): never a stale variable of ours. */
 	if (unsetenv("MOEFT_RESTORE_MANIFEST") < 0 ||
-	    (plan ? setenv("MOEFT_RESTORE", plan, 1) : unsetenv("MOEFT_RESTORE")) < 0)
+	    (plan ? setenv("MOEFT_RESTORE", plan, 1) : unsetenv("MOEFT_RESTORE")) < 0 ||
+	    (!plan && setenv("MOEFT_FORCE_FRESH", "1", 1) < 0))
 		return -1;
 	fflush(NULL);
 	execvp(cmd[0], cmd);

@@ -42,8 +42,10 @@ int launch_check_preload(const char *path, char *msg, size_t len);
  * Replace this process by cmd[0] with cmd as its arguments (searched in
  * PATH), with LD_PRELOAD=preload (its absolute path, ahead of any the
  * environment has),
- * MOEFT_WAL=wal, and MOEFT_RESTORE=plan when plan is not NULL (else it is
- * removed).  MOEFT_RESTORE_MANIFEST is always removed: only the preload
+ * MOEFT_WAL=wal, and MOEFT_RESTORE=plan when plan is not NULL; else it is
+ * removed and MOEFT_FORCE_FRESH=1 set: the restore decided that the state
+ * the log holds goes (wal/held.h).  MOEFT_RESTORE_MANIFEST is always
+ * removed: only the preload
  * hands the command its resume position, once it took the plan.  Returns
  * only on failure, with errno set.
  */

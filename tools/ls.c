@@ -2,8 +2,9 @@
  * ls.c - moeft ls: the logs in directories of logs (MOEFT_WAL naming a
  * directory, or the preload's default one), one line each: whether a
  * process writes it now, the process that wrote it last, how that one
- * ended as far as the log can tell, and the state a restore would bring
- * back.  Read-only; a log that cannot be read is listed as such.
+ * ended as far as the log can tell, the state a restore would bring back,
+ * and whether a new run must leave that state alone (held.h).  Read-only; a
+ * log that cannot be read is listed as such.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "held.h"
 #include "json.h"
 #include "logname.h"
 #include "logset.h"
@@ -28,13 +30,14 @@ struct entry {
 	uint32_t epoch, pid;      /* the latest writer's */
 	uint64_t started_ns;
 	int crash_signal;         /* a CRASH record of the latest epoch: its signal */
+	struct held_state held;   /* its EXIT record; whether its state is held */
 	int restorable;           /* a committed decode window: */
 	int kv_partial;           /* ... whose KV was left partly for later */
 	uint64_t window, first_step, last_step;
 };
 
-/* The latest epoch's EPOCH and CRASH records, and the last committed
- * decode window. */
+/* The latest epoch's EPOCH, CRASH and EXIT records, the last committed
+ * decode window, and whether a new run leaves the log alone. */
 static void read_entry(const struct report *rp, struct entry *e)
 {
 	struct rec_window_steps st;
@@ -56,6 +59,7 @@ static void read_entry(const struct report *rp, struct entry *e)
 			e->crash_signal = cr.signo;
 		}
 	}
+	held_read(rp->r, &e->held);
 	for (size_t i = rp->nwin; i-- > 0;)
 		if (rp->win[i].state == WAL_WINDOW_INTACT && rec_decode_window(&rp->win[i], &st)) {
 			e->restorable = 1;
@@ -78,19 +82,25 @@ static void entry_text(const struct entry *e)
 	printf("%s\n    %s; epoch %" PRIu32 ", pid %" PRIu32 ", started %s; ", e->path,
 	       e->live ? "in use by its writer" : "no writer", e->epoch, e->pid,
 	       cli_fmt_time(t, sizeof t, e->started_ns));
-	if (e->crash_signal)
+	if (e->held.exited)
+		printf("exited; ");
+	else if (e->crash_signal)
 		printf("crashed (signal %d); ", e->crash_signal);
 	else if (!e->live)
-		printf("ended (an exit or a kill: the log cannot tell); ");
+		printf("ended without exiting (killed, or its exit handlers skipped); ");
 	if (e->restorable && e->kv_partial)
 		printf("last decode window %" PRIu64 " (steps %" PRIu64 "-%" PRIu64 ") is KV-partial: "
-		       "a restore refuses it\n", e->window, e->first_step, e->last_step);
+		       "a restore refuses it", e->window, e->first_step, e->last_step);
 	else if (e->restorable)
 		printf("restorable: window %" PRIu64 ", steps %" PRIu64 "-%" PRIu64
-		       ", resume at step %" PRIu64 "\n", e->window, e->first_step, e->last_step,
+		       ", resume at step %" PRIu64, e->window, e->first_step, e->last_step,
 		       e->last_step + 1);
 	else
-		printf("nothing to restore (no committed decode window)\n");
+		printf("nothing to restore (no committed decode window)");
+	if (e->held.held && !e->live)
+		printf("; held: a new run leaves this log to a restore (MOEFT_FORCE_FRESH=1 lets "
+		       "one replace it)");
+	printf("\n");
 }
 
 static void entry_json(struct json *j, const struct entry *e)
@@ -103,13 +113,15 @@ static void entry_json(struct json *j, const struct entry *e)
 		json_obj_end(j);
 		return;
 	}
-	json_kv_str(j, "status", e->live ? "live" : e->crash_signal ? "crashed" : "ended");
+	json_kv_str(j, "status", e->live ? "live" : e->held.exited ? "exited" :
+				 e->crash_signal ? "crashed" : "ended");
 	json_kv_u64(j, "epoch", e->epoch);
 	json_kv_u64(j, "pid", e->pid);
 	json_kv_u64(j, "started_ns", e->started_ns);
 	if (e->crash_signal)
 		json_kv_i64(j, "crash_signal", e->crash_signal);
 	json_kv_bool(j, "restorable", e->restorable && !e->kv_partial);
+	json_kv_bool(j, "held", e->held.held);
 	if (e->restorable) {
 		json_kv_bool(j, "kv_partial", e->kv_partial);
 		json_kv_u64(j, "window", e->window);
@@ -215,10 +227,11 @@ const struct cli_command cmd_ls = {
 	"\n"
 	"List the logs (*.wal) in each DIR, by default the preload's own directory\n"
 	"(/dev/shm/moeft-<user>/): for each, whether a process writes it now, the\n"
-	"epoch, pid and start of its latest writer, whether that writer crashed\n"
-	"(a crash handler's record) or simply ended (an exit and a kill look the\n"
-	"same in the log), and the last committed decode window a restore would\n"
-	"bring back.\n"
+	"epoch, pid and start of its latest writer, whether that writer exited\n"
+	"(its exit record), crashed (a crash handler's record) or ended without\n"
+	"either (killed, or its exit handlers skipped), the last committed decode\n"
+	"window a restore would bring back, and whether that state is held: no\n"
+	"exit came after it, so a new run on the log leaves it to a restore.\n"
 	"\n"
 	"  -j, --json       print one JSON object ({\"logs\":[...]}) instead of text\n"
 	"  -h, --help       show this help\n"

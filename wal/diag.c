@@ -25,6 +25,7 @@ const char *wal_strerror(int status)
 	case WAL_ENUMA: return "NUMA node unavailable";
 	case WAL_ECORRUPT: return "log is corrupt";
 	case WAL_EUNSAFE: return "not safe to use: a link, another user's, or writable by others";
+	case WAL_EENDED: return "the writer has ended (the process is exiting)";
 	}
 	return "unknown status";
 }
@@ -88,7 +89,7 @@ const char *wal_rec_type_name(unsigned type)
 		[WAL_REC_WINDOW] = "window",   [WAL_REC_ROUTING] = "routing",
 		[WAL_REC_KVREF] = "kvref",     [WAL_REC_ALLOC] = "alloc",
 		[WAL_REC_FREE] = "free",       [WAL_REC_CRASH] = "crash",
-		[WAL_REC_REQUEST] = "request",
+		[WAL_REC_REQUEST] = "request", [WAL_REC_EXIT] = "exit",
 	};
 
 	if (type < sizeof names / sizeof names[0] && names[type])

@@ -729,7 +729,7 @@ void media_persist(const struct media *m, const void *p, size_t len)
 
 int media_hold(const char *path, int *fd, struct wal_error *err)
 {
-	*fd = open(path, O_RDONLY | O_CLOEXEC);
+	*fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (*fd < 0)
 		return wal_fail(err, WAL_EIO, "%s: %s", path, strerror(errno));
 	/* A shared lock is refused while a writer's exclusive one is held,

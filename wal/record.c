@@ -223,6 +223,19 @@ int rec_crash_decode(const uint8_t *p, size_t len, struct rec_crash *c)
 	return 0;
 }
 
+void rec_exit_encode(uint8_t out[EXIT_PAYLOAD_SIZE], const struct rec_exit *e)
+{
+	put32(out, e->pid);
+}
+
+int rec_exit_decode(const uint8_t *p, size_t len, struct rec_exit *e)
+{
+	if (len != EXIT_PAYLOAD_SIZE)
+		return -1;
+	e->pid = get32(p);
+	return 0;
+}
+
 /* The id's bytes padded to whole u32 words. */
 static size_t request_id_span(const struct rec_request *r)
 {

@@ -119,6 +119,12 @@ struct rec_crash {
 	uint64_t frames[CRASH_MAX_FRAMES];
 };
 
+/* A writer's clean end (wal_end): the process that exited. */
+#define EXIT_PAYLOAD_SIZE 4u
+struct rec_exit {
+	uint32_t pid;
+};
+
 /*
  * An engine request as of a step: its id (printable ASCII, as engines make
  * them), its token ids (the prompt, then
@@ -200,6 +206,9 @@ int rec_free_decode(const uint8_t *p, size_t len, struct rec_free *f);
 /* Returns the encoded length: CRASH_HDR_SIZE + 8 * nframes. */
 size_t rec_crash_encode(uint8_t *out, size_t cap, const struct rec_crash *c);
 int rec_crash_decode(const uint8_t *p, size_t len, struct rec_crash *c);
+
+void rec_exit_encode(uint8_t out[EXIT_PAYLOAD_SIZE], const struct rec_exit *e);
+int rec_exit_decode(const uint8_t *p, size_t len, struct rec_exit *e);
 
 /* The encoded length of r (its counts), or 0 when r breaks a bound. */
 size_t rec_request_size(const struct rec_request *r);

@@ -34,8 +34,10 @@ enum wal_status {
 	WAL_ENOMEM = -8,
 	WAL_ENUMA = -9,    /* NUMA node missing or binding failed */
 	WAL_ECORRUPT = -10, /* damage found inside the committed part */
-	WAL_EUNSAFE = -11  /* a symbolic link, another user's file, or one that
+	WAL_EUNSAFE = -11, /* a symbolic link, another user's file, or one that
 			      others may write: refused */
+	WAL_EENDED = -12   /* the writer has ended (wal_end): nothing more is
+			      written */
 };
 
 const char *wal_strerror(int status);
@@ -60,6 +62,7 @@ enum wal_rec_type {
 	WAL_REC_FREE = 7,    /* device allocation released */
 	WAL_REC_CRASH = 8,   /* crash marker written by a signal handler */
 	WAL_REC_REQUEST = 9, /* an engine request's tokens and KV blocks */
+	WAL_REC_EXIT = 10,   /* a writer's clean end (wal_end) */
 	WAL_REC_USER = 0x100
 };
 
@@ -151,6 +154,16 @@ void wal_abort(struct wal *w);
  * depends on this record: a process killed by SIGKILL writes none.
  */
 int wal_append_crash(struct wal *w, const void *payload, uint32_t len);
+
+/*
+ * A writer's clean end: drop what the open window holds (a window that can
+ * no longer be completed), append one WAL_REC_EXIT record and commit it;
+ * from then on every append and commit returns WAL_EENDED.  A log whose
+ * last committed window is followed by an EXIT record was left by a
+ * process that exited, not by a crash.  0, or a negative status (nothing
+ * ended: a full log).
+ */
+int wal_end(struct wal *w, const void *payload, uint32_t len);
 
 /* Move the checkpointed tail to the start of the last committed window,
  * freeing older windows for reuse.  Durable when it returns. */

@@ -47,6 +47,7 @@ struct wal {
 	/* start of the last committed window: the tail never passes it */
 	int have_commit;
 	uint64_t keep_pos, keep_lsn, keep_window;
+	int ended;               /* wal_end: nothing more is written */
 	struct wal_stats st;
 };
 
@@ -308,7 +309,7 @@ static int make_room(struct wal *w, uint32_t len)
 static int64_t append_locked(struct wal *w, unsigned type, const void *a, uint32_t alen,
 			     const void *b, uint32_t blen)
 {
-	int ret = make_room(w, alen + blen);
+	int ret = w->ended ? WAL_EENDED : make_room(w, alen + blen);
 
 	if (ret < 0)
 		return ret;
@@ -322,7 +323,7 @@ int64_t wal_append(struct wal *w, unsigned type, const void *payload, uint32_t l
 	int64_t ret;
 
 	if (!w || type == 0 || type == WAL_REC_PAD || type == WAL_REC_WINDOW ||
-	    type == WAL_REC_EPOCH || type > 0xffff || (len && !payload))
+	    type == WAL_REC_EPOCH || type == WAL_REC_EXIT || type > 0xffff || (len && !payload))
 		return WAL_EINVAL;
 	pthread_mutex_lock(&w->lock);
 	ret = append_locked(w, type, len ? payload : NULL, len, NULL, 0);
@@ -348,6 +349,8 @@ static int commit_locked(struct wal *w, const void *extra, uint32_t extra_len,
 	uint64_t lsn;
 	int ret;
 
+	if (w->ended)
+		return WAL_EENDED;
 	if ((ret = make_room(w, WINDOW_FIXED_SIZE + extra_len)) < 0)
 		return ret;
 	wf = (struct window_fixed){ .first_lsn = w->win_first_lsn, .records = w->win_index + 1,
@@ -395,9 +398,8 @@ int wal_commit(struct wal *w, const void *extra, uint32_t extra_len, struct wal_
  * tried: it may be held by the very thread the signal interrupted, and
  * waiting for it would hang a dying process.
  */
-void wal_abort(struct wal *w)
+static void abort_locked(struct wal *w)
 {
-	pthread_mutex_lock(&w->lock);
 	if (w->head > w->open_head) {
 		erase_backwards(w, w->open_head, w->head - w->open_head);
 		w->head = w->open_head;
@@ -405,7 +407,32 @@ void wal_abort(struct wal *w)
 		w->win_index = w->open_index;
 		w->st.aborts++;
 	}
+}
+
+void wal_abort(struct wal *w)
+{
+	pthread_mutex_lock(&w->lock);
+	abort_locked(w);
 	pthread_mutex_unlock(&w->lock);
+}
+
+int wal_end(struct wal *w, const void *payload, uint32_t len)
+{
+	int64_t lsn;
+	int ret;
+
+	if (!w || (len && !payload))
+		return WAL_EINVAL;
+	pthread_mutex_lock(&w->lock);
+	abort_locked(w);
+	lsn = append_locked(w, WAL_REC_EXIT, len ? payload : NULL, len, NULL, 0);
+	ret = lsn < 0 ? (int)lsn : commit_locked(w, NULL, 0, NULL);
+	if (ret == 0)
+		w->ended = 1;
+	else if (lsn > 0)
+		abort_locked(w);
+	pthread_mutex_unlock(&w->lock);
+	return ret;
 }
 
 int wal_append_crash(struct wal *w, const void *payload, uint32_t len)

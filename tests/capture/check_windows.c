@@ -448,7 +448,7 @@ int main(int argc, char **argv)
 	unsigned long window;
 	unsigned npools, L, g;
 	uint64_t next = 0, upto = 0, T, routing = 0, kvrefs = 0;
-	size_t nwin, ndecode = 0, i, wi;
+	size_t nwin, ndecode = 0, i, wi, exits = 0;
 	uint8_t *taken;
 	uint32_t crc;
 	char *end, kvpath[PATH_MAX];
@@ -466,13 +466,18 @@ int main(int argc, char **argv)
 	if (wal_reader_open_path(argv[2], &rd, &err) < 0)
 		die(2, "%s: %s", argv[2], err.msg);
 
-	/* The decode windows: contiguous from step 0, WINDOW steps each. */
+	/* The decode windows: contiguous from step 0, WINDOW steps each; the
+	 * last window the EXIT record of serve's clean end, alone. */
 	win = wal_reader_windows(rd, &nwin);
 	if (!(ws = calloc(nwin ? nwin : 1, sizeof *ws)))
 		die(2, "out of memory");
+	if (!nwin || win[nwin - 1].extra_len || win[nwin - 1].records != 2)
+		die(1, "the log does not end with a window of its writer's EXIT record alone");
 	for (i = 0; i < nwin; i++) {
 		if (win[i].state != WAL_WINDOW_INTACT)
 			die(1, "window %llu: damaged", (unsigned long long)win[i].id);
+		if (i == nwin - 1)
+			break;
 		if (rec_window_steps_decode(win[i].extra, win[i].extra_len, &ws[i]) < 0)
 			die(1, "window %llu: its %u extra bytes are not a window's steps",
 			    (unsigned long long)win[i].id, win[i].extra_len);
@@ -515,6 +520,11 @@ int main(int argc, char **argv)
 		if (wi == nwin)
 			die(1, "record LSN %llu: window %llu is not a committed one",
 			    (unsigned long long)rec.lsn, (unsigned long long)rec.window);
+		if (rec.type != WAL_REC_WINDOW && (rec.type == WAL_REC_EXIT) != (wi == nwin - 1))
+			die(1, "record LSN %llu (%s) in window %llu: the EXIT record belongs in "
+			    "the last window, alone", (unsigned long long)rec.lsn,
+			    wal_rec_type_name(rec.type), (unsigned long long)rec.window);
+		exits += rec.type == WAL_REC_EXIT;
 		if (!ws[wi].steps)
 			continue;
 		if (rec.type == WAL_REC_KVREF) {
@@ -541,6 +551,8 @@ int main(int argc, char **argv)
 	}
 	for (; wi < nwin; wi++)
 		check_kv_as_of(&t, &win[wi], &ws[wi], pools, npools);
+	if (exits != 1)
+		die(1, "%zu EXIT records, want 1", exits);
 	for (T = 0; T < next; T++)
 		for (L = 0; L < t.layers; L++)
 			for (g = 0; g < NGROUPS; g++)

@@ -7,7 +7,10 @@
 # `moeft verify --wal DIR` checks each log, then the sum; `moeft inspect
 # --wal DIR` shows each; `moeft restore --wal DIR` restores each offline,
 # and online each for the process of its name; `moeft
-# ls DIR` lists each log's writer, how it ended, and what it holds.
+# ls DIR` lists each log's writer, how it ended, and what it holds.  A log
+# whose writer crashed holds its state for a restore: a plain rerun leaves
+# it byte for byte and runs un-instrumented, with one line, unless
+# MOEFT_FORCE_FRESH or `moeft restore --force-fresh` says it may go.
 #
 # Usage: logdir.sh LIBMOEFT SERVE MOEFT
 set -u
@@ -173,7 +176,7 @@ rm -rf "$def/x$own".*
 rm -rf "$def/$own".*
 
 # ls: each log's writer, how it ended, what a restore brings back.  A live
-# writer, one killed by SIGSEGV (its crash handler's record), one ended.
+# writer, one killed by SIGSEGV (its crash handler's record), one exited.
 mkdir -m 0700 "$dir/ls"
 cp "$dir/alpha" "$dir/ls/alpha"
 cp "$dir/alpha" "$dir/ls/beta"
@@ -188,16 +191,41 @@ while [ "$(cat "$dir/ls.j" 2>/dev/null | grep -c .)" -lt 40 ] && [ $n -lt 2000 ]
 	n=$((n + 1))
 done
 "$moeft" ls --json "$dir/ls" >"$dir/ls.json" || fail "ls: $(cat "$dir/ls.json")"
-grep -q "^{\"logs\":\[{\"path\":\"$dir/ls/alpha.$dev.wal\",\"status\":\"ended\",\"epoch\":1,\"pid\":[0-9]*,\"started_ns\":[0-9]*,\"restorable\":true,\"kv_partial\":false,\"window\":[0-9]*,\"first_step\":16,\"last_step\":31,\"resume_step\":32},{\"path\":\"$dir/ls/beta.$dev.wal\",\"status\":\"live\",\"epoch\":1,\"pid\":$pid,.*\"restorable\":true,.*}\]}$" \
+grep -q "^{\"logs\":\[{\"path\":\"$dir/ls/alpha.$dev.wal\",\"status\":\"exited\",\"epoch\":1,\"pid\":[0-9]*,\"started_ns\":[0-9]*,\"restorable\":true,\"held\":false,\"kv_partial\":false,\"window\":[0-9]*,\"first_step\":16,\"last_step\":31,\"resume_step\":32},{\"path\":\"$dir/ls/beta.$dev.wal\",\"status\":\"live\",\"epoch\":1,\"pid\":$pid,.*\"restorable\":true,.*}\]}$" \
 	"$dir/ls.json" || fail "ls with a live writer: $(cat "$dir/ls.json")"
 kill -SEGV $pid
 wait $pid
 crashed=$pid pid=
 "$moeft" ls "$dir/ls" >"$dir/ls.txt" || fail "ls: $(cat "$dir/ls.txt")"
-grep -q "^    no writer; epoch 1, pid $crashed, started .*; crashed (signal 11); restorable: window [0-9]*, steps [0-9]*-[0-9]*, resume at step [0-9]*$" \
+grep -q "^    no writer; epoch 1, pid $crashed, started .*; crashed (signal 11); restorable: window [0-9]*, steps [0-9]*-[0-9]*, resume at step [0-9]*; held: a new run leaves this log to a restore (MOEFT_FORCE_FRESH=1 lets one replace it)$" \
 	"$dir/ls.txt" || fail "ls after a crash: $(cat "$dir/ls.txt")"
-grep -q "^    no writer; epoch 1, pid [0-9]*, started .*; ended (an exit or a kill: the log cannot tell); restorable: window [0-9]*, steps 16-31, resume at step 32$" \
-	"$dir/ls.txt" || fail "ls of an ended run: $(cat "$dir/ls.txt")"
+grep -q "^    no writer; epoch 1, pid [0-9]*, started .*; exited; restorable: window [0-9]*, steps 16-31, resume at step 32$" \
+	"$dir/ls.txt" || fail "ls of an exited run: $(cat "$dir/ls.txt")"
+# A plain rerun of the crashed beta leaves its log as it is, byte for byte,
+# and runs un-instrumented with one line; with MOEFT_STRICT it does not run.
+cp "$dir/ls/beta.$dev.wal" "$dir/beta.crashed"
+resume=$(sed -n 's/.*crashed (signal 11); restorable: window \([0-9]*\), .*resume at step \([0-9]*\);.*/window \1, resume at step \2/p' \
+	"$dir/ls.txt")
+got=$(MOEFT_WAL="$dir/ls/" LD_PRELOAD="$lib" "$dir/ls/beta" --steps=40 2>"$dir/err") ||
+	fail "beta after its crash: $(cat "$dir/err")"
+[ "$got" = "$want" ] || fail "beta after its crash printed $got"
+[ "$(cat "$dir/err")" = "moeft: $dir/ls/beta.$dev.wal holds the state of a run that did not exit (pid $crashed, $resume); not writing over it: \`moeft restore --wal $dir/ls -- CMD\` brings it back, MOEFT_FORCE_FRESH=1 lets a run replace it; running un-instrumented" ] ||
+	fail "beta after its crash said: $(cat "$dir/err")"
+cmp -s "$dir/ls/beta.$dev.wal" "$dir/beta.crashed" || fail "beta's rerun changed its crashed log"
+MOEFT_STRICT=1 MOEFT_WAL="$dir/ls/" LD_PRELOAD="$lib" "$dir/ls/beta" --steps=40 \
+	>"$dir/strict.out" 2>"$dir/err"
+[ $? = 1 ] && [ ! -s "$dir/strict.out" ] && grep -q "; MOEFT_STRICT is set: exiting$" "$dir/err" ||
+	fail "beta after its crash, strict: $(cat "$dir/strict.out" "$dir/err")"
+cmp -s "$dir/ls/beta.$dev.wal" "$dir/beta.crashed" || fail "beta's strict rerun changed its log"
+# Told that the state may go: the run is instrumented and replaces it, and
+# its clean exit holds nothing.
+got=$("$moeft" restore --force-fresh --wal "$dir/ls" --preload "$lib" -- "$dir/ls/beta" \
+	--steps=40 2>"$dir/err") || fail "beta --force-fresh: $(cat "$dir/err")"
+[ "$got" = "$want" ] && [ "$(cat "$dir/err")" = "moeft restore: --force-fresh: starting $dir/ls/beta without restoring" ] ||
+	fail "beta --force-fresh: $got $(cat "$dir/err")"
+"$moeft" ls --json "$dir/ls" >"$dir/ls.json" || fail "ls: $(cat "$dir/ls.json")"
+grep -q "{\"path\":\"$dir/ls/beta.$dev.wal\",\"status\":\"exited\",\"epoch\":2,\"pid\":[0-9]*,\"started_ns\":[0-9]*,\"restorable\":true,\"held\":false,\"kv_partial\":false,\"window\":[0-9]*,\"first_step\":16,\"last_step\":31,\"resume_step\":32}" \
+	"$dir/ls.json" || fail "ls after beta --force-fresh: $(cat "$dir/ls.json")"
 "$moeft" ls "$dir/ls" "$dir/nonexistent" >/dev/null 2>"$dir/ls.err"
 [ $? = 2 ] && grep -q "^moeft ls: $dir/nonexistent: No such file or directory$" "$dir/ls.err" ||
 	fail "ls of a missing directory: $(cat "$dir/ls.err")"

@@ -14,6 +14,7 @@
 
 #include "crc32c.h"
 #include "format.h"
+#include "held.h"
 #include "record.h"
 #include "wal.h"
 
@@ -41,6 +42,7 @@ static void decode_payload(const struct wal_record *rec)
 	struct rec_alloc al;
 	struct rec_free fr;
 	struct rec_crash cr;
+	struct rec_exit ex;
 	struct rec_window_steps ws;
 	struct rec_request rq;
 
@@ -69,6 +71,10 @@ static void decode_payload(const struct wal_record *rec)
 	case WAL_REC_CRASH:
 		if (rec_crash_decode(rec->payload, rec->len, &cr) == 0)
 			sink += cr.nframes ? cr.frames[cr.nframes - 1] : 0;
+		break;
+	case WAL_REC_EXIT:
+		if (rec_exit_decode(rec->payload, rec->len, &ex) == 0)
+			sink += ex.pid;
 		break;
 	case WAL_REC_REQUEST:
 		/* Every token and block the decoder vouched for is read. */
@@ -102,6 +108,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct wal_record rec;
 	struct wal_iter it;
 	uint64_t last_lsn = 0, intact = 0;
+	struct held_state held;
 	size_t nwin;
 
 	if (wal_reader_open_buf(data, size, &r, &err) < 0) {
@@ -132,6 +139,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		last_lsn = rec.lsn;
 		decode_payload(&rec);
 	}
+	/* What a starting preload decides from the log: held state never
+	 * without a restorable window. */
+	held_read(r, &held);
+	if (held.held && !held.epoch)
+		abort();
+	sink += held.window + held.last_step + held.pid;
 	wal_reader_close(r);
 	return 0;
 }

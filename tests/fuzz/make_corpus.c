@@ -122,6 +122,14 @@ int main(int argc, char **argv)
 	windows(w, 400);
 	wal_close(w);
 
+	/* A clean end after the windows: an EXIT record in a window of its own. */
+	w = open_log("exited", WAL_OPEN_CREATE | WAL_OPEN_FORMAT);
+	windows(w, 3);
+	typed_records(w);	/* dropped by the end */
+	if (wal_end(w, "\1\0\0\0", EXIT_PAYLOAD_SIZE) < 0)
+		fail("wal_end", "failed");
+	wal_close(w);
+
 	w = open_log("tail", WAL_OPEN_CREATE | WAL_OPEN_FORMAT);
 	windows(w, 5);
 	typed_records(w);

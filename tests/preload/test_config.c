@@ -84,6 +84,7 @@ static void test_defaults(void)
 	CU_ASSERT_EQUAL(c.log_level, WAL_LOG_WARN);
 	CU_ASSERT_EQUAL(c.disable, 0);
 	CU_ASSERT_EQUAL(c.strict, 0);
+	CU_ASSERT_EQUAL(c.force_fresh, 0);
 	CU_ASSERT_EQUAL(c.commit_async, 0);
 	CU_ASSERT_EQUAL(c.restore_at_step, 0);
 }
@@ -94,7 +95,7 @@ static void test_empty_is_unset(void)
 	static const char *const names[] = {
 		"MOEFT_WAL", "MOEFT_WAL_SIZE", "MOEFT_NUMA_NODE", "MOEFT_WINDOW", "MOEFT_COMMIT",
 		"MOEFT_PROFILE", "MOEFT_KV", "MOEFT_LOG", "MOEFT_DISABLE", "MOEFT_STRICT",
-		"MOEFT_RESTORE_AT", "MOEFT_KERNEL_IMAGE",
+		"MOEFT_RESTORE_AT", "MOEFT_KERNEL_IMAGE", "MOEFT_FORCE_FRESH",
 	};
 	struct moeft_config c;
 	char err[256];
@@ -111,7 +112,7 @@ static void test_empty_is_unset(void)
 /* ---- each variable, good and bad ------------------------------------------ */
 
 enum field { F_NONE, F_WAL, F_SIZE, F_WINDOW, F_COMMIT, F_PROFILE, F_KV, F_LOG, F_DISABLE,
-	     F_STRICT, F_RESTORE_AT };
+	     F_STRICT, F_RESTORE_AT, F_FORCE_FRESH };
 
 static const struct vcase {
 	const char *name, *value;
@@ -268,6 +269,10 @@ static const struct vcase {
 	{ "MOEFT_STRICT", "0", 0, F_STRICT, 0, NULL },
 	{ "MOEFT_STRICT", "ture", -1, F_STRICT, 1,     /* unparsable counts as set */
 	  "MOEFT_STRICT='ture': must be 0, 1, true, false, yes, no, on or off" },
+	{ "MOEFT_FORCE_FRESH", "1", 0, F_FORCE_FRESH, 1, NULL },
+	{ "MOEFT_FORCE_FRESH", "no", 0, F_FORCE_FRESH, 0, NULL },
+	{ "MOEFT_FORCE_FRESH", "force", -1, F_NONE, 0,
+	  "MOEFT_FORCE_FRESH='force': must be 0, 1, true, false, yes, no, on or off" },
 };
 
 static uint64_t field_value(const struct moeft_config *c, enum field f)
@@ -281,6 +286,7 @@ static uint64_t field_value(const struct moeft_config *c, enum field f)
 	case F_LOG: return (uint64_t)c->log_level;
 	case F_DISABLE: return (uint64_t)c->disable;
 	case F_STRICT: return (uint64_t)c->strict;
+	case F_FORCE_FRESH: return (uint64_t)c->force_fresh;
 	default: return 0;
 	}
 }
@@ -571,7 +577,7 @@ static void test_describe(void)
 	CU_ASSERT_EQUAL_FATAL(config_load(&c, env_get, err, sizeof err), 0);
 	config_describe(&c, line, sizeof line);
 	CU_ASSERT_STRING_EQUAL(line, "wal=/dev/dax0.0 size=1028K numa=none window=16 commit=wait restore-at=init profile=auto "
-			       "kv=size=1G,ordinal=0 log=warn strict=off disable=on");
+			       "kv=size=1G,ordinal=0 log=warn strict=off disable=on force-fresh=off");
 	c.wal_size = 2 * TiB;
 	c.numa_node = 2;
 	c.kv_count = 0;
@@ -582,7 +588,7 @@ static void test_describe(void)
 	c.restore_at_step = 1;
 	config_describe(&c, line, sizeof line);
 	CU_ASSERT_STRING_EQUAL(line, "wal=/dev/dax0.0 size=2T numa=2 window=16 commit=async restore-at=step profile=auto "
-			       "kv=none log=error strict=on disable=off");
+			       "kv=none log=error strict=on disable=off force-fresh=off");
 }
 
 static CU_TestInfo default_tests[] = {

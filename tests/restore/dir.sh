@@ -25,7 +25,8 @@ MOEFT_WAL="$dir/b.wal" MOEFT_WAL_SIZE=16M LD_PRELOAD="$lib" "$serve" --steps=40 
 	--kv-layout=one >/dev/null || fail "run b failed"
 
 out=$dir/out
-"$moeft" restore --wal "$dir/a.wal" --out "$out" 2>/dev/null || fail "restore a failed"
+"$moeft" restore --wal "$dir/a.wal" --out "$out" 2>"$dir/a.err" ||
+	fail "restore a: exit $?: $(cat "$dir/a.err")"
 
 # Locked while a restore writes it.
 flock -x -F "$out" sleep 30 &
@@ -79,7 +80,8 @@ got=$("$kvtool" crc "$out/kv-pool-0.bin")
 # fourth rename: retired list, image, routing, manifest), before it removed
 # a's images; then one killed right after it put that manifest aside.  The
 # next complete restore still removes a's images.
-"$moeft" restore --wal "$dir/a.wal" --out "$out" 2>/dev/null || fail "restore a again failed"
+"$moeft" restore --wal "$dir/a.wal" --out "$out" 2>"$dir/a2.err" ||
+	fail "restore a again: exit $?: $(cat "$dir/a2.err")"
 DIE_AT_RENAME=4 LD_PRELOAD="$die_at" "$moeft" restore --wal "$dir/b.wal" --out "$out" \
 	>/dev/null 2>&1
 [ -e "$out/manifest.json" ] && [ -e "$out/kv-pool-3.bin" ] ||

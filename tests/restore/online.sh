@@ -134,5 +134,51 @@ ret=$?
 	fail "data in the data area: $(cat "$dir/x.err")"
 [ -s "$dir/x.out" ] && fail "data in the data area: the command ran"
 cmp -s "$dir/x.wal" "$dir/x.wal.orig" || fail "data in the data area: the file was changed"
+
+# Killed with SIGKILL once a window committed: its state is held, and a
+# plain run leaves the log alone (one line; the log byte for byte).  The
+# restore brings it back and, having run to its end, exits: the next plain
+# run is instrumented again and replaces it; its own clean exit holds
+# nothing either.  So does MOEFT_FORCE_FRESH=1 over a held log.
+long="--steps=3000"
+"$serve" $long >"$dir/k.want"
+MOEFT_WAL="$dir/k.wal" MOEFT_WAL_SIZE=16M LD_PRELOAD="$lib" "$serve" $long \
+	--journal="$dir/jk" >/dev/null 2>&1 &
+victim=$!
+n=0
+until "$moeft" ls --json "$dir" 2>/dev/null | grep -q "\"path\":\"$dir/k.wal\",\"status\":\"live\",[^}]*\"restorable\":true"; do
+	n=$((n + 1))
+	[ $n -lt 600 ] && kill -0 $victim 2>/dev/null || break
+	sleep 0.01
+done
+kill -9 $victim 2>/dev/null
+wait $victim
+[ $? = 137 ] || fail "held: the run ended before a window committed and the kill came"
+held() {
+	"$moeft" ls --json "$dir" | grep -o "\"path\":\"$dir/k.wal\",\"status\":\"[a-z]*\",[^}]*\"held\":[a-z]*" |
+		sed 's/.*"status":"\([a-z]*\)".*"held":\([a-z]*\)$/\1 \2/'
+}
+[ "$(held)" = "ended true" ] || fail "held: ls says $(held) of the killed run"
+cp "$dir/k.wal" "$dir/k.wal.killed"
+MOEFT_WAL="$dir/k.wal" LD_PRELOAD="$lib" "$serve" --steps=40 >"$dir/k.out" 2>"$dir/k.err" ||
+	fail "held: the plain run: $(cat "$dir/k.err")"
+cmp -s "$dir/k.out" "$dir/n.want" && [ "$(grep -c . "$dir/k.err")" = 1 ] &&
+	grep -q "^moeft: $dir/k.wal holds the state of a run that did not exit (pid $victim, window [0-9]*, resume at step [0-9]*); not writing over it: .* running un-instrumented$" \
+		"$dir/k.err" || fail "held: the plain run: $(cat "$dir/k.out" "$dir/k.err")"
+cmp -s "$dir/k.wal" "$dir/k.wal.killed" || fail "held: the plain run changed the log"
+"$moeft" restore --wal "$dir/k.wal" --preload "$lib" -- "$serve" $long --journal="$dir/jk" \
+	>"$dir/k.out" 2>"$dir/k.err" || fail "held: the restore: $(cat "$dir/k.err")"
+cmp -s "$dir/k.out" "$dir/k.want" || fail "held: the restored run's output differs"
+[ "$(held)" = "exited false" ] || fail "held: ls says $(held) after the restore"
+MOEFT_WAL="$dir/k.wal" LD_PRELOAD="$lib" "$serve" --steps=40 >"$dir/k.out" 2>"$dir/k.err" &&
+	cmp -s "$dir/k.out" "$dir/n.want" && [ ! -s "$dir/k.err" ] ||
+	fail "held: the plain run after the restore: $(cat "$dir/k.out" "$dir/k.err")"
+"$moeft" ls "$dir" | grep -A1 "^$dir/k.wal$" | grep -q "; epoch 3, .*; exited; restorable: window [0-9]*, steps 16-31, resume at step 32$" ||
+	fail "held: the plain run after the restore did not replace the state: $("$moeft" ls "$dir")"
+cp "$dir/k.wal.killed" "$dir/k.wal"
+MOEFT_FORCE_FRESH=1 MOEFT_WAL="$dir/k.wal" LD_PRELOAD="$lib" "$serve" --steps=40 \
+	>"$dir/k.out" 2>"$dir/k.err" && cmp -s "$dir/k.out" "$dir/n.want" && [ ! -s "$dir/k.err" ] ||
+	fail "held: MOEFT_FORCE_FRESH=1: $(cat "$dir/k.out" "$dir/k.err")"
+[ "$(held)" = "exited false" ] || fail "held: ls says $(held) after MOEFT_FORCE_FRESH=1"
 echo "restore online.sh: restore at init and step, other models stopped, --force-fresh," \
-	"damage, fresh log, half format, foreign data: ok"
+	"damage, fresh log, half format, foreign data, a held log: ok"

@@ -381,12 +381,70 @@ static void test_append_crash(void)
 	unlink(path);
 }
 
+/* wal_end: the open window's records dropped, the EXIT record committed in
+ * a window of its own, and nothing written after it. */
+static void test_end(void)
+{
+	uint8_t buf[32], exit_rec[EXIT_PAYLOAD_SIZE];
+	static const unsigned types[] = { WAL_REC_EPOCH, WAL_REC_USER, WAL_REC_WINDOW,
+					  WAL_REC_EXIT, WAL_REC_WINDOW };
+	const struct wal_window *win;
+	struct wal_stats before, after;
+	struct wal_reader *r;
+	struct wal_record rec;
+	struct rec_exit e;
+	struct wal_iter it;
+	struct wal *w;
+	char path[256];
+	size_t n, i;
+
+	w = open_log(test_path(path, sizeof path, "end"), MiB, WAL_OPEN_CREATE);
+	CU_ASSERT_FATAL(w != NULL);
+	append(w, WAL_REC_USER, buf, mark(buf, 32, 1, 0, 1));
+	commit(w, NULL, 0);
+	append(w, WAL_REC_USER, buf, mark(buf, 32, 1, 1, 0));	/* never committed */
+	rec_exit_encode(exit_rec, &(struct rec_exit){ .pid = 4242 });
+	CU_ASSERT_EQUAL(wal_end(w, NULL, 1), WAL_EINVAL);
+	CU_ASSERT_EQUAL_FATAL(wal_end(w, exit_rec, sizeof exit_rec), 0);
+	wal_stats(w, &before);
+	CU_ASSERT_EQUAL(wal_append(w, WAL_REC_USER, buf, 12), WAL_EENDED);
+	CU_ASSERT_EQUAL(wal_commit(w, NULL, 0, NULL), WAL_EENDED);
+	CU_ASSERT_EQUAL(wal_append_crash(w, buf, 8), WAL_EENDED);
+	CU_ASSERT_EQUAL(wal_end(w, exit_rec, sizeof exit_rec), WAL_EENDED);
+	wal_stats(w, &after);
+	CU_ASSERT_EQUAL(after.next_lsn, before.next_lsn);
+	CU_ASSERT_EQUAL(after.commits, before.commits);
+	CU_ASSERT_STRING_EQUAL(wal_strerror(WAL_EENDED),
+			       "the writer has ended (the process is exiting)");
+	wal_close(w);
+
+	CU_ASSERT_FATAL((r = read_log(path)) != NULL);
+	win = wal_reader_windows(r, &n);
+	CU_ASSERT_EQUAL_FATAL(n, 2);
+	CU_ASSERT_EQUAL(win[1].records, 2);
+	CU_ASSERT_EQUAL(win[1].extra_len, 0);
+	CU_ASSERT_EQUAL(wal_reader_recovery(r)->tail_records, 0);
+	wal_iter_init(&it, r);
+	for (i = 0; i < sizeof types / sizeof types[0]; i++) {
+		CU_ASSERT_FATAL(wal_iter_next(&it, &rec) == 1);
+		CU_ASSERT_EQUAL(rec.type, types[i]);
+		if (rec.type == WAL_REC_EXIT) {
+			CU_ASSERT_EQUAL_FATAL(rec_exit_decode(rec.payload, rec.len, &e), 0);
+			CU_ASSERT_EQUAL(e.pid, 4242);
+		}
+	}
+	CU_ASSERT_EQUAL(wal_iter_next(&it, &rec), 0);
+	CU_ASSERT_STRING_EQUAL(wal_rec_type_name(WAL_REC_EXIT), "exit");
+	wal_reader_close(r);
+	unlink(path);
+}
+
 /* ---- append arguments and limits ------------------------------------- */
 
 static void test_append_rejects(void)
 {
 	static const unsigned bad[] = { 0, WAL_REC_PAD, WAL_REC_EPOCH, WAL_REC_WINDOW,
-					0x10000, UINT32_MAX };
+					WAL_REC_EXIT, 0x10000, UINT32_MAX };
 	uint8_t buf[8] = { 0 };
 	struct wal_stats before, after;
 	struct wal *w;
@@ -1234,6 +1292,7 @@ static CU_TestInfo writer_tests[] = {
 	{ "reopen starts a new epoch", test_reopen_new_epoch },
 	{ "commit info", test_commit_info },
 	{ "crash record from a signal handler", test_append_crash },
+	{ "a clean end: EXIT, then nothing", test_end },
 	{ "append argument checks", test_append_rejects },
 	{ "record larger than half the ring", test_append_too_big },
 	{ "full log keeps its last commit", test_full_log },
