@@ -9,6 +9,7 @@
  */
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "hooks.h"
 
@@ -309,6 +310,23 @@ int shim_dev_copy_to_host(void *dst, uint64_t dev, size_t len, void *stream)
 	return copy(dst, dev, len, (CUstream)stream);
 }
 
+/* MIG instances of one GPU share its PCI bus id: a compute instance's
+ * UUID (cuDeviceGetUuid_v2) differs from its GPU's (the legacy call), and
+ * its first 6 bytes tell the instance in the name. */
+static void mig_suffix(char *out, size_t len, CUdevice dev)
+{
+	__typeof__(&cuDeviceGetUuid_v2) gpu_uuid, instance_uuid;
+	CUuuid gpu, instance;
+	size_t at = strlen(out);
+	const unsigned char *b = (const unsigned char *)instance.bytes;
+
+	if (PROBE(gpu_uuid, cuDeviceGetUuid) && PROBE(instance_uuid, cuDeviceGetUuid_v2) &&
+	    gpu_uuid(&gpu, dev) == CUDA_SUCCESS && instance_uuid(&instance, dev) == CUDA_SUCCESS &&
+	    memcmp(gpu.bytes, instance.bytes, sizeof gpu.bytes) != 0 && at < len)
+		snprintf(out + at, len - at, "-mig-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3],
+			 b[4], b[5]);
+}
+
 int shim_dev_name(char *out, size_t len)
 {
 	__typeof__(&cuCtxGetDevice) ctx_device;
@@ -324,10 +342,10 @@ int shim_dev_name(char *out, size_t len)
 	      rt_device(&ordinal) == cudaSuccess && PROBE(get, cuDeviceGet) &&
 	      get(&dev, ordinal) == CUDA_SUCCESS))
 		return -1;
-	if (len > 1 && len <= INT_MAX && PROBE(bus, cuDeviceGetPCIBusId) &&
-	    bus(out, (int)len, dev) == CUDA_SUCCESS)
-		return 0;
-	snprintf(out, len, "dev%d", (int)dev);
+	if (!(len > 1 && len <= INT_MAX && PROBE(bus, cuDeviceGetPCIBusId) &&
+	      bus(out, (int)len, dev) == CUDA_SUCCESS))
+		snprintf(out, len, "dev%d", (int)dev);
+	mig_suffix(out, len, dev);
 	return 0;
 }
 

@@ -177,8 +177,10 @@ int shim_dev_capturing(void *stream);
 /* The device the calling thread works on (its current context's, else
  * the runtime's current device) as a name that stays the same across
  * restarts: its PCI bus id ("0000:3b:00.0", whatever ordinal
- * CUDA_VISIBLE_DEVICES gives it), else "dev" and its ordinal.  0, or -1
- * when the driver cannot tell. */
+ * CUDA_VISIBLE_DEVICES gives it), else "dev" and its ordinal; a MIG
+ * instance adds "-mig-" and 12 hex digits of its UUID
+ * ("0000:3b:00.0-mig-4f1c0e2a9b3d").  0, or -1 when the driver cannot
+ * tell. */
 int shim_dev_name(char *out, size_t len);
 /* The calling thread's current context, NULL when it has none. */
 void *shim_dev_current(void);

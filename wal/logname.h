@@ -46,8 +46,9 @@ void logname_role_of(const char *exe, char *out, size_t len);
  * path holds a directory: make it (mode 0700, when missing; not its
  * parents) or check it (refused when a link, another user's, or writable
  * by group or others), then make path that of this process's log in it:
- * DIR/ROLE.DEVICE.wal with device as shim_dev_name gives it ("nodev" when
- * the driver cannot tell), cleaned.  0, or -1 with one line in err.
+ * DIR/ROLE.DEVICE.wal with device as shim_dev_name gives it (a MIG
+ * instance's with its "-mig-" suffix; "nodev" when the driver cannot
+ * tell), cleaned.  0, or -1 with one line in err.
  */
 int logname_in_dir(char *path, size_t len, const char *device, char *err, size_t errlen);
 

@@ -62,6 +62,23 @@ MOEFT_WAL="$dir/long/" run worker-of-a-server-tp1 --steps=8 >/dev/null 2>&1 || f
   "worker-of-a-server-tp0.$dev.wal worker-of-a-server-tp0.$dev.wal.kv worker-of-a-server-tp1.$dev.wal worker-of-a-server-tp1.$dev.wal.kv " ] ||
 	fail "long/ holds: $(ls "$dir/long")"
 
+# Two MIG instances of one GPU (one PCI bus id, two compute-instance UUIDs:
+# FIXTURE_MIG) running one program at once: a log each, named by the
+# instance, and neither says a word.
+for mig in 4f1c0e2a9b3d77 0a0b0c0d0e0f11; do
+	FIXTURE_MIG=$mig MOEFT_WAL="$dir/mig/" run alpha --steps=400 >"$dir/mig.$mig" \
+		2>"$dir/mig.$mig.err" &
+done
+wait
+for mig in 4f1c0e2a9b3d77 0a0b0c0d0e0f11; do
+	[ "$(sed -n '$p' "$dir/mig.$mig")" = "$(sed -n '$p' "$dir/mig.4f1c0e2a9b3d77")" ] &&
+		[ -s "$dir/mig.$mig" ] && [ ! -s "$dir/mig.$mig.err" ] ||
+		fail "MIG instance $mig: $(cat "$dir/mig.$mig.err")"
+done
+[ "$(cd "$dir/mig" && ls | tr '\n' ' ')" = \
+  "alpha.$dev-mig-0a0b0c0d0e0f.wal alpha.$dev-mig-0a0b0c0d0e0f.wal.kv alpha.$dev-mig-4f1c0e2a9b3d.wal alpha.$dev-mig-4f1c0e2a9b3d.wal.kv " ] ||
+	fail "mig/ holds: $(ls "$dir/mig")"
+
 # A restart finds its own log again: a second epoch in alpha's, none in beta's.
 MOEFT_WAL="$dir/logs/" run alpha --steps=40 >/dev/null 2>&1 || fail "alpha again failed"
 "$moeft" inspect --wal "$dir/logs/alpha.$dev.wal" --json >"$dir/a.json" || fail "inspect alpha"
