@@ -111,6 +111,7 @@ enum kv_init { KV_FILL, KV_MEMSET, KV_NAN };	/* --kv-init */
 
 struct opts {
 	unsigned layers, experts, topk, hidden, kv_heads, seqs, steps, vocab, threads;
+	unsigned pool_mib;  /* --kv-pool-mib: the pool's least size, all layers */
 	uint32_t seed;
 	int graph;  /* --mode=graph */
 	int kv_one; /* --kv-layout=one */
@@ -227,6 +228,8 @@ static void usage(FILE *f)
 		"  --mode=eager|graph        launch every kernel, or replay a CUDA graph (eager)\n"
 		"  --threads=1|2             host threads driving the two streams (1)\n"
 		"  --kv-layout=one|per-layer one KV allocation, or one per layer (per-layer)\n"
+		"  --kv-pool-mib=N  a KV pool of at least N MiB, all layers, as engines\n"
+		"                   size theirs to memory, not to the load (0: the load's)\n"
 		"  --kv-init=fill|memset|nan zero the KV pools with a kernel or with\n"
 		"                            cudaMemsetAsync, no launch, or fill them\n"
 		"                            with NaN by a kernel, as a debug allocator\n"
@@ -292,6 +295,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		{ "mode", required_argument, NULL, 'm' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "kv-layout", required_argument, NULL, 'l' },
+		{ "kv-pool-mib", required_argument, NULL, 'P' },
 		{ "kv-init", required_argument, NULL, 'i' },
 		{ "capture", required_argument, NULL, 'c' },
 		{ "truth", required_argument, NULL, 'T' },
@@ -318,6 +322,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case 'm': o->graph = choice_arg("mode", optarg, "eager", "graph"); break;
 		case 't': o->threads = num_arg("threads", optarg, 1, 2); break;
 		case 'l': o->kv_one = choice_arg("kv-layout", optarg, "per-layer", "one"); break;
+		case 'P': o->pool_mib = num_arg("kv-pool-mib", optarg, 0, 16384); break;
 		case 'i': o->kv_init = kv_init_arg(optarg); break;
 		case 'c': o->capture_side = choice_arg("capture", optarg, "same", "side"); break;
 		case 'T': o->truth = optarg; break;
@@ -345,6 +350,7 @@ static void schedule_init(struct serve *sv)
 {
 	const struct opts *o = &sv->o;
 	unsigned i, t, longest = 1;
+	uint64_t block_bytes;
 	int64_t *delta, held;
 
 	sv->seqs = xcalloc(o->seqs, sizeof *sv->seqs);
@@ -361,6 +367,9 @@ static void schedule_init(struct serve *sv)
 		s->prompt = (int32_t)(sv_mix(o->seed ^ 0x70726f6dU, i) % o->vocab);
 	}
 	sv->max_blocks = (longest + BLOCK_SIZE - 1) / BLOCK_SIZE;
+	/* A pool sized to memory: the blocks past the load's are never used. */
+	block_bytes = (uint64_t)o->layers * 2 * BLOCK_SIZE * o->hidden * sizeof(float);
+	sv->nblocks = (unsigned)((((uint64_t)o->pool_mib << 20) + block_bytes - 1) / block_bytes);
 	for (i = 0; i < o->seqs; i++) {
 		sv->seqs[i].out = xcalloc(sv->seqs[i].leave - sv->seqs[i].join, sizeof(int32_t));
 		sv->seqs[i].blocks = xcalloc(sv->max_blocks, sizeof(int32_t));

@@ -54,7 +54,7 @@ static struct {
 	pthread_mutex_t list;       /* pools, npools and cap, as they grow */
 	struct pool *pools;
 	unsigned npools, cap;
-	uint64_t enqueued, skipped, ns, gpu_ns, gpu_timed;
+	uint64_t enqueued, skipped, ns, gpu_ns, gpu_timed, read_bytes;
 } sn = { .list = PTHREAD_MUTEX_INITIALIZER };
 
 static uint64_t nchunks(const struct pool *p)
@@ -136,7 +136,8 @@ void snap_forget(void)
 
 void snap_counts(struct snap_counts *c)
 {
-	*c = (struct snap_counts){ sn.enqueued, sn.skipped, sn.ns, sn.gpu_ns, sn.gpu_timed };
+	*c = (struct snap_counts){ sn.enqueued, sn.skipped, sn.ns, sn.gpu_ns, sn.gpu_timed,
+				   sn.read_bytes, sn.stage ? sn.stage_len : 0 };
 }
 
 /* The last boundary's device time, from its side stream's start to done,
@@ -346,6 +347,7 @@ static int enqueue(const struct cap_append_args *mark, void *const *lanes, unsig
 		if (check(kernels_snapshot(sn.side, &a), "launching the KV snapshot", why, whylen))
 			return -1;
 		p->fresh = 0;
+		sn.read_bytes += p->size;	/* every chunk is hashed */
 	}
 	if ((sn.ctl_dev && check(shim_dev_copy_to_host(sn.stage, sn.ctl_dev, sizeof *sn.stage,
 						       sn.side), "copying the staging header back",

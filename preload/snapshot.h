@@ -89,6 +89,8 @@ void snap_restage(void);
  * them, and the device's time running them (of those timed). */
 struct snap_counts {
 	uint64_t enqueued, skipped, ns, gpu_ns, gpu_timed;
+	uint64_t read_bytes;    /* pool bytes the enqueued snapshots read */
+	uint64_t pinned_bytes;  /* the staging area's */
 };
 void snap_counts(struct snap_counts *c);
 

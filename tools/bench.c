@@ -526,6 +526,8 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 		return bench_launch(cmd, argc, argv);
 	if (t && !strcmp(t, "restore"))
 		return bench_restore(cmd, argc, argv);
+	if (t && !strcmp(t, "window"))
+		return bench_window(cmd, argc, argv);
 	cli_default_path(path, sizeof path, "bench");
 	while ((c = cli_getopt(&o, argc, argv, opts)) != -1) {
 		switch (c) {
@@ -539,9 +541,11 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 		}
 	}
 	if (optind == argc)
-		cli_usage_error(&o, "missing what to measure: 'wal', 'launch' or 'restore'");
+		cli_usage_error(&o, "missing what to measure: 'wal', 'launch', 'restore' or "
+				"'window'");
 	else if (strcmp(argv[optind], "wal"))
-		cli_usage_error(&o, "unknown benchmark '%s' (there are: wal, launch, restore)",
+		cli_usage_error(&o, "unknown benchmark '%s' (there are: wal, launch, restore, "
+				"window)",
 				argv[optind]);
 	else if (optind + 1 < argc)
 		cli_usage_error(&o, "unexpected argument '%s'", argv[optind + 1]);
@@ -592,12 +596,15 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 
 const struct cli_command cmd_bench = {
 	.name = "bench",
-	.summary = "measure the log and restore against memcpy, the interposer's cost per launch",
+	.summary = "measure the log and restore against memcpy, the interposer's cost per launch, "
+		   "a window's bytes",
 	.usage =
 	"Usage: moeft bench wal [--wal PATH] [--seconds S] [--json]\n"
 	"       moeft bench launch --fixture DIR --bench PROG --serve PROG\n"
 	"                          [--preload LIB] [--launches N] [--steps N] [--json]\n"
 	"       moeft bench restore [--pool-mib N] [--chunk-kib K] [--json]\n"
+	"       moeft bench window --fixture DIR --serve PROG [--preload LIB]\n"
+	"                          [--pool-mib N] [--windows N] [--window W] [--json]\n"
 	"\n"
 	"wal:\n"
 	"Measure, on a fresh 256 MiB log that wraps many times: append+commit\n"
@@ -649,6 +656,18 @@ const struct cli_command cmd_bench = {
 	"  -m, --pool-mib N   KV pool bytes in all, in MiB, 1 to 65536 (default 256)\n"
 	"  -k, --chunk-kib K  chunk size in KiB, a power of two, 4 to 1048576\n"
 	"                     (default 64, the preload's)\n"
+	"  -j, --json         print one JSON object instead of a table\n"
+	"\n"
+	"window:\n"
+	"What a window costs in bytes on the fixture: --serve decodes --windows\n"
+	"windows into a KV pool of --pool-mib MiB, without and with the preload.\n"
+	"Per window: KV bytes written, bytes the snapshot read (goal <= 2 per byte\n"
+	"written) and staged, pinned staging (goal <= 4), ring overflows (goal 0).\n"
+	"--fixture, --serve (--kv-pool-mib), --preload: as for launch.\n"
+	"\n"
+	"  -m, --pool-mib N   the KV pool, 8 to 16384 MiB (default 1024)\n"
+	"  -n, --windows N    decode windows, 1 to 4096 (default 8)\n"
+	"  -w, --window W     steps per window, MOEFT_WINDOW (default 16)\n"
 	"  -j, --json         print one JSON object instead of a table\n"
 	"\n"
 	"Exit status: 0 done, 2 usage or I/O error, or a missing piece.\n",

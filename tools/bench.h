@@ -1,7 +1,8 @@
 /*
  * bench.h - what the targets of 'moeft bench' share: bench.c parses the
  * command line up to the target, measures 'wal' itself and hands
- * 'launch' to bench_launch.c and 'restore' to bench_restore.c.
+ * 'launch' to bench_launch.c, 'restore' to bench_restore.c and 'window'
+ * to bench_window.c.
  */
 #ifndef MOEFT_BENCH_H
 #define MOEFT_BENCH_H
@@ -15,6 +16,7 @@
  * getopt. */
 int bench_launch(const struct cli_command *cmd, int argc, char **argv);
 int bench_restore(const struct cli_command *cmd, int argc, char **argv);
+int bench_window(const struct cli_command *cmd, int argc, char **argv);
 
 struct json;
 

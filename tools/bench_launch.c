@@ -2,13 +2,10 @@
  * bench_launch.c - moeft bench launch: what the interposer costs a
  * launch, and a serving step, on the CPU fixture.
  *
- * Every piece is named on the command line, nothing is looked up in a
- * build tree: --fixture DIR (the CPU fixture's libcudart.so.13 and
- * libcuda.so.1), --bench PROG (a launch micro-benchmark speaking
- * tests/bench/launch_bench.c's protocol), --serve PROG (a serving program
- * speaking demo/serve.c's: --mode, --steps) and --preload LIB (default:
- * the libmoeft.so beside moeft, launch.h).  tests/bench/launch.sh passes
- * a build tree's.
+ * The pieces (fxrun.h): --fixture DIR, --serve PROG (a serving program
+ * speaking demo/serve.c's: --mode, --steps), --preload LIB, and --bench
+ * PROG, a launch micro-benchmark speaking tests/bench/launch_bench.c's
+ * protocol.  tests/bench/launch.sh passes a build tree's.
  *
  * Method: every figure compares a run without the preload against one
  * with it, in the same invocation, the two alternating.  The benchmark
@@ -21,16 +18,8 @@
  * instructions of min(--launches, CG_LAUNCHES) no-rule launches (the
  * launch calls only, see launch_bench.c) with and without the preload;
  * the difference per launch is the interposer's instruction cost.
- *
- * Preloaded runs get MOEFT_WAL (a file in /dev/shm, removed after each
- * run), MOEFT_WAL_SIZE=16M (creating the default 1 GiB log would dominate
- * a short run's wall time) and MOEFT_STRICT=1 (a preload that fails to
- * start ends the run instead of measuring nothing).  Every child loses
- * the caller's LD_PRELOAD and MOEFT_* variables and gets
- * LD_LIBRARY_PATH=the fixture.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -40,26 +29,19 @@
 
 #include "bench.h"
 #include "child.h"
+#include "fxrun.h"
 #include "json.h"
-#include "kvstore.h"
-#include "launch.h"
 
 #define ROUNDS 5		/* launch_bench runs per side */
 #define SERVE_ROUNDS 3		/* serve runs per side and mode */
 #define CG_LAUNCHES 20000ul	/* at most, under callgrind */
-#define WAL_SIZE "16M"
 #define PATH_LEN PATH_MAX
 
 struct ctx {
-	const struct cli_command *cmd;
-	const char *preload, *fixture;
-	char lib[PATH_LEN];		/* the default preload */
-	char bench[PATH_LEN], serve[PATH_LEN];
+	struct fxrun fx;
+	char bench[PATH_LEN];
 	char valgrind[PATH_LEN];	/* "" when not on PATH */
-	char dir[64];			/* made for the run: its log, callgrind's output */
-	char wal[PATH_LEN], cgout[PATH_LEN];
-	char **env[2];			/* without, with the preload */
-	char msg[PATH_LEN + 512];	/* why a run failed */
+	char cgout[PATH_LEN];		/* in fx.dir */
 };
 
 struct figures {
@@ -75,110 +57,18 @@ struct figures {
 static void check_pieces(struct cli_opts *o, struct ctx *c, const char *bench,
 			  const char *serve)
 {
-	char lib[PATH_LEN + 32], msg[PATH_LEN + 64];
-
-	if (!c->preload) {
-		if (launch_find_preload(c->lib, sizeof c->lib) < 0)
-			cli_usage_error(o, "--preload LIB is required: no %s",
-					c->lib[0] ? c->lib : "libmoeft.so beside moeft");
-		c->preload = c->lib;
-	}
-	if (launch_check_lib(c->preload, msg, sizeof msg) < 0)
-		cli_usage_error(o, "--preload %s", msg);
-	if (!c->fixture)
-		cli_usage_error(o, "--fixture DIR is required (the CPU fixture's libraries)");
-	else if (snprintf(lib, sizeof lib, "%s/libcudart.so.13", c->fixture) >= (int)sizeof lib ||
-		 access(lib, R_OK) != 0)
-		cli_usage_error(o, "--fixture %s: no libcudart.so.13 there", c->fixture);
+	fxrun_pieces(o, &c->fx, serve);
 	if (!bench)
 		cli_usage_error(o, "--bench PROG is required (the launch micro-benchmark)");
 	else if (child_find(bench, c->bench, sizeof c->bench) < 0)
 		cli_usage_error(o, "--bench %s: %s", bench, strerror(errno));
-	if (!serve)
-		cli_usage_error(o, "--serve PROG is required (the serving program)");
-	else if (child_find(serve, c->serve, sizeof c->serve) < 0)
-		cli_usage_error(o, "--serve %s: %s", serve, strerror(errno));
 	child_find("valgrind", c->valgrind, sizeof c->valgrind);
 }
 
-/* The children's environments: without and with the preload. */
-static int make_envs(struct ctx *c)
-{
-	char path[PATH_LEN + 32], preload[PATH_LEN + 32], wal[PATH_LEN + 32];
-	const char *plain[] = { path, NULL };
-	const char *with[] = { path, preload, wal, "MOEFT_WAL_SIZE=" WAL_SIZE, "MOEFT_STRICT=1",
-			       NULL };
-
-	snprintf(path, sizeof path, "LD_LIBRARY_PATH=%s", c->fixture);
-	snprintf(preload, sizeof preload, "LD_PRELOAD=%s", c->preload);
-	snprintf(wal, sizeof wal, "MOEFT_WAL=%s", c->wal);
-	c->env[0] = child_env(plain);
-	c->env[1] = child_env(with);
-	return c->env[0] && c->env[1] ? 0 : -1;
-}
-
-/* The log of a run under the preload, and its KV store beside it. */
-static void remove_log(const struct ctx *c)
-{
-	char kv[PATH_LEN + 3];
-
-	unlink(c->wal);
-	if (kvs_path(c->wal, kv, sizeof kv) == 0)
-		unlink(kv);
-}
-
-/*
- * Run argv, with the preload or not, to its end: its stdout into out
- * (NUL-terminated) or to /dev/null, its stderr to ours, the wall time
- * into *wall.  0, or -1 with c->msg set.  The log of a preloaded run is
- * removed before and after it.
- */
 static int run(struct ctx *c, char *const argv[], int preload, char *out, size_t outlen,
 	       double *wall)
 {
-	int fd[2] = { -1, -1 }, status = -1, err;
-	size_t got = 0;
-	char how[64];
-	double t;
-	pid_t pid;
-
-	if (preload)
-		remove_log(c);
-	if (out ? pipe2(fd, O_CLOEXEC) < 0 : (fd[0] = open("/dev/null", O_WRONLY | O_CLOEXEC)) < 0) {
-		snprintf(c->msg, sizeof c->msg, "%s: cannot make its stdout: %s", argv[0],
-			 strerror(errno));
-		return -1;
-	}
-	t = cli_now();
-	err = child_spawn(&pid, argv, c->env[preload], out ? fd[1] : fd[0], -1);
-	if (out)
-		close(fd[1]);
-	while (!err && out && got + 1 < outlen) {
-		ssize_t n = read(fd[0], out + got, outlen - 1 - got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
-	if (out)
-		out[got] = '\0';
-	close(fd[0]);	/* more than outlen: the child gets SIGPIPE */
-	if (err) {
-		snprintf(c->msg, sizeof c->msg, "cannot run %s: %s", argv[0], strerror(err));
-		return -1;
-	}
-	status = child_wait(pid);
-	*wall = cli_now() - t;
-	if (preload)
-		remove_log(c);
-	if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		snprintf(c->msg, sizeof c->msg, "%s %s %s the preload", argv[0],
-			 child_how(how, sizeof how, status), preload ? "with" : "without");
-		return -1;
-	}
-	return 0;
+	return fxrun_run(&c->fx, argv, preload, 0, out, outlen, wall);
 }
 
 /* ---- measurements -------------------------------------------------------- */
@@ -197,7 +87,8 @@ static int launch_rounds(struct ctx *c, struct figures *f)
 			if (run(c, argv, pre, out, sizeof out, &wall) < 0)
 				return -1;
 			if (!(a = strstr(out, " norule_ns=")) || !(b = strstr(out, " rule_ns="))) {
-				snprintf(c->msg, sizeof c->msg, "%s printed no figures: '%.200s'",
+				snprintf(c->fx.msg, sizeof c->fx.msg,
+					 "%s printed no figures: '%.200s'",
 					 c->bench, out);
 				return -1;
 			}
@@ -210,8 +101,8 @@ static int launch_rounds(struct ctx *c, struct figures *f)
 static int serve_rounds(struct ctx *c, struct figures *f)
 {
 	char steps[32];
-	char *eager[] = { c->serve, "--mode=eager", steps, NULL };
-	char *graph[] = { c->serve, "--mode=graph", steps, NULL };
+	char *eager[] = { c->fx.serve, "--mode=eager", steps, NULL };
+	char *graph[] = { c->fx.serve, "--mode=graph", steps, NULL };
 
 	snprintf(steps, sizeof steps, "--steps=%lu", f->steps);
 	for (int r = 0; r < SERVE_ROUNDS; r++)
@@ -267,9 +158,9 @@ static void callgrind(struct ctx *c, struct figures *f)
 				f->cg_instr[pre] = total / (double)f->cg_launches;
 				continue;
 			}
-			snprintf(c->msg, sizeof c->msg, "%s: no instruction count", c->cgout);
+			snprintf(c->fx.msg, sizeof c->fx.msg, "%s: no instruction count", c->cgout);
 		}
-		fprintf(stderr, "moeft bench launch: callgrind not measured: %s\n", c->msg);
+		fprintf(stderr, "moeft bench launch: callgrind not measured: %s\n", c->fx.msg);
 		f->cg_instr[0] = f->cg_instr[1] = NAN;
 		break;
 	}
@@ -285,9 +176,9 @@ static double ratio(const double v[2])
 
 static void print_text(const struct ctx *c, const struct figures *f, const char *cpu)
 {
-	printf("moeft bench launch: %s\n", c->preload);
+	printf("moeft bench launch: %s\n", c->fx.preload);
 	printf("machine: %s, %ld CPUs; CUDA: the CPU fixture in %s\n\n", cpu,
-	       sysconf(_SC_NPROCESSORS_ONLN), c->fixture);
+	       sysconf(_SC_NPROCESSORS_ONLN), c->fx.fixture);
 	printf("cudaLaunchKernel, %lu launches per run, best of %d runs per side\n",
 	       f->launches, ROUNDS);
 	printf("  %-22s %11s %11s %8s\n", "", "without", "with", "ratio");
@@ -295,7 +186,7 @@ static void print_text(const struct ctx *c, const struct figures *f, const char 
 	       f->norule_ns[0], f->norule_ns[1], ratio(f->norule_ns));
 	printf("  %-22s %8.1f ns %8.1f ns %8.3f\n", "kernel a rule owns", f->rule_ns[0],
 	       f->rule_ns[1], ratio(f->rule_ns));
-	printf("\n%s, default model, %lu steps, wall time, best of %d\n", c->serve,
+	printf("\n%s, default model, %lu steps, wall time, best of %d\n", c->fx.serve,
 	       f->steps, SERVE_ROUNDS);
 	printf("  %-22s %8.1f ms %8.1f ms %8.3f\n", "eager", f->eager_s[0] * 1e3,
 	       f->eager_s[1] * 1e3, ratio(f->eager_s));
@@ -320,9 +211,9 @@ static void print_json(const struct ctx *c, const struct figures *f, const char 
 	json_kv_str(&j, "status", "ok");
 	bench_machine_json(&j, cpu);
 	json_kv_str(&j, "cuda", "fixture");
-	json_kv_str(&j, "preload", c->preload);
+	json_kv_str(&j, "preload", c->fx.preload);
 	json_kv_str(&j, "bench", c->bench);
-	json_kv_str(&j, "serve", c->serve);
+	json_kv_str(&j, "serve", c->fx.serve);
 	json_kv_u64(&j, "launches", f->launches);
 	json_kv_u64(&j, "rounds", ROUNDS);
 	json_kv_double(&j, "norule_ns_base", f->norule_ns[0]);
@@ -371,7 +262,6 @@ int bench_launch(const struct cli_command *cmd, int argc, char **argv)
 
 	if (!c)
 		return cli_fail(cmd, 0, EXIT_USAGE, "out of memory");
-	c->cmd = cmd;
 	while ((ch = cli_getopt(&o, argc, argv, opts)) != -1) {
 		switch (ch) {
 		case 'n':
@@ -382,8 +272,8 @@ int bench_launch(const struct cli_command *cmd, int argc, char **argv)
 			if (cli_parse_u64(&o, "--steps", optarg, 1, 100000, &v) == 0)
 				f.steps = (unsigned long)v;
 			break;
-		case 'p': c->preload = optarg; break;
-		case 'f': c->fixture = optarg; break;
+		case 'p': c->fx.preload = optarg; break;
+		case 'f': c->fx.fixture = optarg; break;
 		case 'b': bench = optarg; break;
 		case 1: serve = optarg; break;
 		case 'j': o.json = 1; break;
@@ -401,23 +291,12 @@ int bench_launch(const struct cli_command *cmd, int argc, char **argv)
 	if ((ret = cli_parse_done(&o)))
 		goto out;
 	/* A directory of its own: what the runs remove is only ever this run's. */
-	snprintf(c->dir, sizeof c->dir, "/dev/shm/moeft-bench-launch.XXXXXX");
-	if (!mkdtemp(c->dir)) {
-		c->dir[0] = '\0';
-		ret = cli_fail(cmd, o.json, EXIT_USAGE, "cannot make a directory in /dev/shm: %s",
-			       strerror(errno));
+	if (fxrun_setup(&c->fx, "launch", NULL) < 0 || launch_rounds(c, &f) < 0 ||
+	    serve_rounds(c, &f) < 0) {
+		ret = cli_fail(cmd, o.json, EXIT_USAGE, "%s", c->fx.msg);
 		goto out;
 	}
-	snprintf(c->wal, sizeof c->wal, "%s/serve.wal", c->dir);
-	snprintf(c->cgout, sizeof c->cgout, "%s/callgrind.out", c->dir);
-	if (make_envs(c) < 0) {
-		ret = cli_fail(cmd, o.json, EXIT_USAGE, "out of memory");
-		goto out;
-	}
-	if (launch_rounds(c, &f) < 0 || serve_rounds(c, &f) < 0) {
-		ret = cli_fail(cmd, o.json, EXIT_USAGE, "%s", c->msg);
-		goto out;
-	}
+	snprintf(c->cgout, sizeof c->cgout, "%s/callgrind.out", c->fx.dir);
 	if (c->valgrind[0])
 		callgrind(c, &f);
 	bench_cpu_model(cpu, sizeof cpu);
@@ -427,10 +306,7 @@ int bench_launch(const struct cli_command *cmd, int argc, char **argv)
 		print_text(c, &f, cpu);
 	ret = EXIT_OK;
 out:
-	if (c->dir[0])
-		cli_rm_tree(c->dir);
-	child_env_free(c->env[0]);
-	child_env_free(c->env[1]);
+	fxrun_done(&c->fx);
 	free(c);
 	return ret;
 }
