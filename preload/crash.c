@@ -7,7 +7,10 @@
  * without allocating, and wal_append_crash only tries the log's lock.  The
  * record is a courtesy to whoever reads the log: recovery never depends on
  * it, since SIGKILL, an OOM kill or a power cut leave no chance to write
- * one, and a handler that finds the log busy gives up.
+ * one, and a handler that finds the log busy gives up.  A SIGTERM that
+ * ends the process by its default action is a stop someone asked for:
+ * it writes the writer's EXIT record instead (wal_end_signal), so the
+ * log's state is not held for a restore (wal/held.h).
  *
  * Chaining: each handler is used once (SA_RESETHAND by hand).  It puts back
  * the disposition it replaced, then lets the signal reach it: a fault of an
@@ -93,6 +96,23 @@ static void write_record(int sig, const siginfo_t *si, void *uc)
 	(void)wal_append_crash(crash.w, buf, (uint32_t)len);
 }
 
+/* A SIGTERM that ends the process (no handler of the application's): a
+ * stop that was asked for, not a crash.  The log says the writer ended
+ * (EXIT), so a later run does not hold its state for a restore (held.h). */
+static int asked_to_stop(int sig, int slot)
+{
+	return sig == SIGTERM && !(crash.prev[slot].sa_flags & SA_SIGINFO) &&
+	       crash.prev[slot].sa_handler == SIG_DFL;
+}
+
+static void write_exit(void)
+{
+	uint8_t buf[EXIT_PAYLOAD_SIZE];
+
+	rec_exit_encode(buf, &(struct rec_exit){ .pid = (uint32_t)crash.pid });
+	(void)wal_end_signal(crash.w, buf, sizeof buf);
+}
+
 /* Append s to the line at *p, short of end (no stdio in a handler). */
 static void put(char **p, const char *end, const char *s)
 {
@@ -136,8 +156,12 @@ static void on_crash(int sig, siginfo_t *si, void *uc)
 	}
 	/* Never the parent's log from a child of fork() (its handle is gone),
 	 * and one record even when several threads crash at once. */
-	if (getpid() == crash.pid && !atomic_exchange(&crash.written, 1))
-		write_record(sig, si, uc);
+	if (getpid() == crash.pid && !atomic_exchange(&crash.written, 1)) {
+		if (asked_to_stop(sig, i))
+			write_exit();
+		else
+			write_record(sig, si, uc);
+	}
 	sigaction(sig, &crash.prev[i], NULL);
 	/* A faulting instruction runs (and faults) again on return. */
 	if (!from_instruction(sig, si))

@@ -138,18 +138,22 @@ static int leave_held_state(void)
 	return 1;
 }
 
-/* At a clean exit: an EXIT record after the last committed window, so that
- * the next run may replace this one's state (held.h).  Under the log's
- * order lock, so that no window is half appended when the writer ends;
- * bounded, since exit() may come from a thread that holds it. */
-static void log_exit(void)
+/* At an exit of status 0: an EXIT record after the last committed window,
+ * so that the next run may replace this one's state (held.h); a failure
+ * (an uncaught exception, a CUDA error reported so) leaves it held.  Under
+ * the log's order lock, so that no window is half appended when the
+ * writer ends; bounded, since exit() may come from a thread that holds it.
+ * Then nothing more is recorded: what runs after (destructors, frees, the
+ * consumer's last window) would only meet an ended writer. */
+static void log_exit(int status, void *arg)
 {
 	uint8_t payload[EXIT_PAYLOAD_SIZE];
 	struct rec_exit e = { .pid = (uint32_t)getpid() };
 	struct timespec until;
 	int r;
 
-	if (!atomic_load_explicit(&pl.active, memory_order_acquire))
+	(void)arg;
+	if (status != 0 || !atomic_load_explicit(&pl.active, memory_order_acquire))
 		return;
 	rec_exit_encode(payload, &e);
 	clock_gettime(CLOCK_REALTIME, &until);
@@ -160,6 +164,8 @@ static void log_exit(void)
 		return;
 	}
 	r = wal_end(pl.wal, payload, sizeof payload);
+	if (r == 0)
+		shim_events_off();
 	pthread_mutex_unlock(allocs_lock());
 	if (r < 0)
 		msg_log(WAL_LOG_WARN, "cannot record this process's exit in the log: %s; the "
@@ -235,7 +241,7 @@ int preload_start(void)
 	crash_install(pl.wal);
 	atomic_store_explicit(&pl.active, 1, memory_order_release);
 	atexit(summary);
-	atexit(log_exit);	/* runs first */
+	on_exit(log_exit, NULL);	/* runs first */
 	config_describe(&pl.cfg, desc, sizeof desc);
 	msg_log(WAL_LOG_INFO, "instrumenting (%u rules): %s", pl.prof.count, desc);
 	return 1;

@@ -121,7 +121,7 @@ static void entry_json(struct json *j, const struct entry *e)
 	if (e->crash_signal)
 		json_kv_i64(j, "crash_signal", e->crash_signal);
 	json_kv_bool(j, "restorable", e->restorable && !e->kv_partial);
-	json_kv_bool(j, "held", e->held.held);
+	json_kv_bool(j, "held", e->held.held && !e->live);
 	if (e->restorable) {
 		json_kv_bool(j, "kv_partial", e->kv_partial);
 		json_kv_u64(j, "window", e->window);

@@ -10,18 +10,22 @@
 #include "media.h"
 #include "record.h"
 
-/* The newest window a restore would take, or NULL. */
+/* The window a restore would take (tools/state.h): the newest decode
+ * window, else the newest engine adapter's; or NULL. */
 static const struct wal_window *restorable(const struct wal_reader *r)
 {
+	const struct wal_window *win, *adapter = NULL;
 	struct rec_window_steps st;
-	const struct wal_window *win;
 	size_t n;
 
 	win = wal_reader_windows(r, &n);
-	while (n-- > 0)
-		if (rec_decode_window(&win[n], &st) || rec_requests_window(&win[n], &st))
+	while (n-- > 0) {
+		if (rec_decode_window(&win[n], &st))
 			return &win[n];
-	return NULL;
+		if (!adapter && rec_requests_window(&win[n], &st))
+			adapter = &win[n];
+	}
+	return adapter;
 }
 
 void held_read(const struct wal_reader *r, struct held_state *h)
@@ -63,17 +67,20 @@ int held_read_path(const char *path, struct held_state *h)
 	int fd, ret = 0;
 
 	memset(h, 0, sizeof *h);
-	/* What wal_open would refuse, it refuses with its own words; and a
-	 * FIFO planted at the path must not block this open. */
+	/* What wal_open would refuse (another user's file, not a device-DAX
+	 * node; a damaged log), it refuses with its own words; and a FIFO
+	 * planted at the path must not block this open. */
 	if (lstat(path, &st) < 0 || !(S_ISREG(st.st_mode) || S_ISCHR(st.st_mode)) ||
-	    media_trust(path, &st, &err) < 0)
+	    (!S_ISCHR(st.st_mode) && media_trust(path, &st, &err) < 0))
 		return 0;
 	if (media_hold(path, &fd, &err) != 0)
 		return 0;
 	if (wal_reader_open_path(path, &r, &err) == 0) {
-		held_read(r, h);
+		if (!wal_reader_recovery(r)->damage_count) {
+			held_read(r, h);
+			ret = 1;
+		}
 		wal_reader_close(r);
-		ret = 1;
 	}
 	close(fd);
 	return ret;

@@ -2,7 +2,7 @@
  * held.h - whether a log holds the state of a run that did not exit.
  *
  * A restore takes a log's newest restorable window: its newest intact
- * decode window, or an engine adapter's (record.h).  When no EXIT record
+ * decode window, else its newest engine adapter's (record.h).  When no EXIT record
  * (wal_end) follows that window, the process that committed it crashed, was
  * killed, or left without running its exit handlers (Python's os._exit):
  * the state is held for a restore, and a new writer that is not restoring
@@ -30,8 +30,8 @@ void held_read(const struct wal_reader *r, struct held_state *h);
 
 /* The same for the log at path, read while no writer may start (media_hold):
  * 1 with *h filled, or 0 (*h zero) when path is no log this process could
- * open for writing (absent, a writer holds it, not a log, unsafe, damaged
- * beyond reading): wal_open then says what it is. */
+ * open for writing as it is (absent, a writer holds it, not a log, unsafe,
+ * damaged): wal_open then says what it is. */
 int held_read_path(const char *path, struct held_state *h);
 
 #endif

@@ -160,10 +160,13 @@ int wal_append_crash(struct wal *w, const void *payload, uint32_t len);
  * no longer be completed), append one WAL_REC_EXIT record and commit it;
  * from then on every append and commit returns WAL_EENDED.  A log whose
  * last committed window is followed by an EXIT record was left by a
- * process that exited, not by a crash.  0, or a negative status (nothing
- * ended: a full log).
+ * process that exited, not by a crash.  0, or a negative status: the
+ * writer goes on (a full log), less the open window's records.
  */
 int wal_end(struct wal *w, const void *payload, uint32_t len);
+/* The same from a signal handler (async-signal-safe): the lock is only
+ * tried, as by wal_append_crash; WAL_EBUSY when it is held. */
+int wal_end_signal(struct wal *w, const void *payload, uint32_t len);
 
 /* Move the checkpointed tail to the start of the last committed window,
  * freeing older windows for reuse.  Durable when it returns. */

@@ -416,14 +416,12 @@ void wal_abort(struct wal *w)
 	pthread_mutex_unlock(&w->lock);
 }
 
-int wal_end(struct wal *w, const void *payload, uint32_t len)
+/* The lock is held; async-signal-safe, as commit_locked. */
+static int end_locked(struct wal *w, const void *payload, uint32_t len)
 {
 	int64_t lsn;
 	int ret;
 
-	if (!w || (len && !payload))
-		return WAL_EINVAL;
-	pthread_mutex_lock(&w->lock);
 	abort_locked(w);
 	lsn = append_locked(w, WAL_REC_EXIT, len ? payload : NULL, len, NULL, 0);
 	ret = lsn < 0 ? (int)lsn : commit_locked(w, NULL, 0, NULL);
@@ -431,6 +429,30 @@ int wal_end(struct wal *w, const void *payload, uint32_t len)
 		w->ended = 1;
 	else if (lsn > 0)
 		abort_locked(w);
+	return ret;
+}
+
+int wal_end(struct wal *w, const void *payload, uint32_t len)
+{
+	int ret;
+
+	if (!w || (len && !payload))
+		return WAL_EINVAL;
+	pthread_mutex_lock(&w->lock);
+	ret = end_locked(w, payload, len);
+	pthread_mutex_unlock(&w->lock);
+	return ret;
+}
+
+int wal_end_signal(struct wal *w, const void *payload, uint32_t len)
+{
+	int ret;
+
+	if (!w || (len && !payload))
+		return WAL_EINVAL;
+	if (pthread_mutex_trylock(&w->lock) != 0)
+		return WAL_EBUSY;
+	ret = end_locked(w, payload, len);
 	pthread_mutex_unlock(&w->lock);
 	return ret;
 }

@@ -139,20 +139,31 @@ cmp -s "$dir/x.wal" "$dir/x.wal.orig" || fail "data in the data area: the file w
 # plain run leaves the log alone (one line; the log byte for byte).  The
 # restore brings it back and, having run to its end, exits: the next plain
 # run is instrumented again and replaces it; its own clean exit holds
-# nothing either.  So does MOEFT_FORCE_FRESH=1 over a held log.
+# nothing either.  So does MOEFT_FORCE_FRESH=1 over a held log.  A SIGTERM
+# that ends the program (no handler of its own) is a stop asked for: its
+# state is not held.
 long="--steps=3000"
 "$serve" $long >"$dir/k.want"
-MOEFT_WAL="$dir/k.wal" MOEFT_WAL_SIZE=16M LD_PRELOAD="$lib" "$serve" $long \
-	--journal="$dir/jk" >/dev/null 2>&1 &
-victim=$!
-n=0
-until "$moeft" ls --json "$dir" 2>/dev/null | grep -q "\"path\":\"$dir/k.wal\",\"status\":\"live\",[^}]*\"restorable\":true"; do
-	n=$((n + 1))
-	[ $n -lt 600 ] && kill -0 $victim 2>/dev/null || break
-	sleep 0.01
-done
-kill -9 $victim 2>/dev/null
-wait $victim
+# signal SIG WAL: serve under the preload on WAL, sent SIG once a window
+# of it has committed; its pid in victim.
+signal() {
+	MOEFT_WAL="$2" MOEFT_WAL_SIZE=16M LD_PRELOAD="$lib" "$serve" $long \
+		--journal="$dir/jk" >/dev/null 2>&1 &
+	victim=$!
+	n=0
+	until "$moeft" ls --json "$dir" 2>/dev/null | grep -q "\"path\":\"$2\",\"status\":\"live\",[^}]*\"restorable\":true"; do
+		n=$((n + 1))
+		[ $n -lt 600 ] && kill -0 $victim 2>/dev/null || break
+		sleep 0.01
+	done
+	kill -"$1" $victim 2>/dev/null
+	wait $victim
+}
+signal TERM "$dir/t.wal"
+[ $? = 143 ] || fail "SIGTERM: the run ended before a window committed and the signal came"
+"$moeft" ls --json "$dir" | grep -q "\"path\":\"$dir/t.wal\",\"status\":\"exited\",[^}]*\"restorable\":true,\"held\":false" ||
+	fail "SIGTERM: ls says $("$moeft" ls --json "$dir")"
+signal 9 "$dir/k.wal"
 [ $? = 137 ] || fail "held: the run ended before a window committed and the kill came"
 held() {
 	"$moeft" ls --json "$dir" | grep -o "\"path\":\"$dir/k.wal\",\"status\":\"[a-z]*\",[^}]*\"held\":[a-z]*" |
@@ -160,6 +171,7 @@ held() {
 }
 [ "$(held)" = "ended true" ] || fail "held: ls says $(held) of the killed run"
 cp "$dir/k.wal" "$dir/k.wal.killed"
+cp "$dir/k.wal.kv" "$dir/k.wal.kv.killed"
 MOEFT_WAL="$dir/k.wal" LD_PRELOAD="$lib" "$serve" --steps=40 >"$dir/k.out" 2>"$dir/k.err" ||
 	fail "held: the plain run: $(cat "$dir/k.err")"
 cmp -s "$dir/k.out" "$dir/n.want" && [ "$(grep -c . "$dir/k.err")" = 1 ] &&
@@ -176,9 +188,10 @@ MOEFT_WAL="$dir/k.wal" LD_PRELOAD="$lib" "$serve" --steps=40 >"$dir/k.out" 2>"$d
 "$moeft" ls "$dir" | grep -A1 "^$dir/k.wal$" | grep -q "; epoch 3, .*; exited; restorable: window [0-9]*, steps 16-31, resume at step 32$" ||
 	fail "held: the plain run after the restore did not replace the state: $("$moeft" ls "$dir")"
 cp "$dir/k.wal.killed" "$dir/k.wal"
+cp "$dir/k.wal.kv.killed" "$dir/k.wal.kv"
 MOEFT_FORCE_FRESH=1 MOEFT_WAL="$dir/k.wal" LD_PRELOAD="$lib" "$serve" --steps=40 \
 	>"$dir/k.out" 2>"$dir/k.err" && cmp -s "$dir/k.out" "$dir/n.want" && [ ! -s "$dir/k.err" ] ||
 	fail "held: MOEFT_FORCE_FRESH=1: $(cat "$dir/k.out" "$dir/k.err")"
 [ "$(held)" = "exited false" ] || fail "held: ls says $(held) after MOEFT_FORCE_FRESH=1"
 echo "restore online.sh: restore at init and step, other models stopped, --force-fresh," \
-	"damage, fresh log, half format, foreign data, a held log: ok"
+	"damage, fresh log, half format, foreign data, a held log, SIGTERM: ok"

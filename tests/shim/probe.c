@@ -19,11 +19,12 @@
  * Built twice: linked to the fixture's libcudart.so.13 (probe) and to its
  * libcudart.so.12 (probe12, PROBE_CUDART set to that soname).
  *   probe fork   allocations around a fork() whose child allocates too
- *   probe crash segv|abort|term|term-before|term-after
+ *   probe crash segv|abort|term|term-before|term-after|exit3
  *                after a few CUDA calls, print the crashing function's
  *                address and die by that signal (term-*: a SIGTERM handler
  *                of the program's own, installed before or after the first
- *                CUDA call, handles it and the program exits 0)
+ *                CUDA call, handles it and the program exits 0; exit3:
+ *                exit(3), as a program that failed)
  */
 #include <dlfcn.h>
 #include <signal.h>
@@ -475,6 +476,8 @@ __attribute__((noinline)) static void crash_here(const char *how)
 		*nowhere = 1;
 	else if (strcmp(how, "abort") == 0)
 		die();
+	else if (strcmp(how, "exit3") == 0)
+		exit(3);
 	else
 		kill(getpid(), SIGTERM);
 	__asm__ __volatile__("" ::: "memory");	/* no tail call */

@@ -534,6 +534,7 @@ static void test_fork(void)
 
 struct crashes {
 	unsigned count, bad;
+	unsigned exits;        /* EXIT records (wal_end) */
 	uint32_t epoch_pid;    /* the writer's pid, from its EPOCH record */
 	struct rec_crash c;    /* the last one */
 };
@@ -553,6 +554,7 @@ static int read_crashes(const char *path, struct crashes *cr)
 	while (wal_iter_next(&it, &rec) == 1) {
 		if (rec.type == WAL_REC_EPOCH && rec_epoch_decode(rec.payload, rec.len, &e) == 0)
 			cr->epoch_pid = e.pid;
+		cr->exits += rec.type == WAL_REC_EXIT;
 		if (rec.type != WAL_REC_CRASH)
 			continue;
 		if (rec_crash_decode(rec.payload, rec.len, &cr->c) < 0)
@@ -568,7 +570,10 @@ static int read_crashes(const char *path, struct crashes *cr)
  * signal (or, with its own SIGTERM handler, handles it and exits 0), and
  * the log holds one CRASH record naming the signal and the pid, with a
  * backtrace through the probe's crashing function.  A handler the program
- * installs after the preload started replaces ours: no record then.
+ * installs after the preload started replaces ours: no record then.  A
+ * SIGTERM that ends the process by its default action is a stop asked
+ * for: the writer's EXIT record instead of a CRASH; so is an exit of
+ * status 0 after a handled one, and only that: exit(3) writes neither.
  */
 static void test_crash(void)
 {
@@ -576,13 +581,14 @@ static void test_crash(void)
 		const char *mode;
 		int signo;         /* the record's signal */
 		int status;        /* run()'s status: 128 + signal, or 0 */
-		unsigned records;
+		unsigned records, exits;
 	} cases[] = {
-		{ "segv", SIGSEGV, 128 + SIGSEGV, 1 },
-		{ "abort", SIGABRT, 128 + SIGABRT, 1 },
-		{ "term", SIGTERM, 128 + SIGTERM, 1 },
-		{ "term-before", SIGTERM, 0, 1 },
-		{ "term-after", SIGTERM, 0, 0 },
+		{ "segv", SIGSEGV, 128 + SIGSEGV, 1, 0 },
+		{ "abort", SIGABRT, 128 + SIGABRT, 1, 0 },
+		{ "term", SIGTERM, 128 + SIGTERM, 0, 1 },
+		{ "term-before", SIGTERM, 0, 1, 1 },
+		{ "term-after", SIGTERM, 0, 0, 1 },
+		{ "exit3", 0, 3, 0, 0 },
 	};
 	char path[256], wal[300];
 	const char *env[] = { wal, "MOEFT_WAL_SIZE=4M", NULL };
@@ -616,6 +622,7 @@ static void test_crash(void)
 		CU_ASSERT_FATAL(read_crashes(path, &cr) == 0);
 		CU_ASSERT_EQUAL(cr.bad, 0);
 		CU_ASSERT_EQUAL(cr.count, cases[i].records);
+		CU_ASSERT_EQUAL(cr.exits, cases[i].exits);
 		if (cr.count == 1) {
 			CU_ASSERT_EQUAL(cr.c.signo, cases[i].signo);
 			CU_ASSERT(cr.epoch_pid != 0);

@@ -1,14 +1,17 @@
 /*
  * test_held.c - held.c: whether a log holds the state of a run that did not
- * exit, over a log's life (no window, a decode window, a clean end, a later
- * epoch's window, an end with no window of its own, an engine adapter's
- * window), and held_read_path on what a path may be: missing, a FIFO, a
- * file others may write, a log a writer holds.
+ * exit, over a log's life (no window, a decode window of another process,
+ * a clean end, a later epoch's window, an end with no window of its own, an
+ * engine adapter's window, which a decode window outranks), and
+ * held_read_path on what a path may be: missing, a FIFO, a file others may
+ * write, a log a writer holds, a damaged log.
  */
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "held.h"
@@ -56,7 +59,8 @@ static int held_at(const char *path, struct held_state *h)
 	return held_read_path(path, h);
 }
 
-static void expect(const char *path, int held, int exited, uint32_t epoch, uint64_t last_step)
+static void expect_pid(const char *path, int held, int exited, uint32_t epoch,
+		       uint64_t last_step, pid_t pid)
 {
 	struct held_state h;
 
@@ -65,9 +69,14 @@ static void expect(const char *path, int held, int exited, uint32_t epoch, uint6
 	CU_ASSERT_EQUAL(h.exited, exited);
 	CU_ASSERT_EQUAL(h.epoch, epoch);
 	if (epoch) {
-		CU_ASSERT_EQUAL(h.pid, (uint32_t)getpid());
+		CU_ASSERT_EQUAL(h.pid, (uint32_t)pid);
 		CU_ASSERT_EQUAL(h.last_step, last_step);
 	}
+}
+
+static void expect(const char *path, int held, int exited, uint32_t epoch, uint64_t last_step)
+{
+	expect_pid(path, held, exited, epoch, last_step, getpid());
 }
 
 static void test_life(void)
@@ -75,6 +84,8 @@ static void test_life(void)
 	struct held_state h;
 	struct wal *w;
 	char path[256];
+	int status;
+	pid_t pid;
 
 	w = open_log(test_path(path, sizeof path, "life"));
 	CU_ASSERT_FATAL(w != NULL);
@@ -82,11 +93,16 @@ static void test_life(void)
 	wal_close(w);
 	expect(path, 0, 0, 0, 0);
 
-	w = open_log(path);		/* epoch 2: a decode window, then a kill */
-	window(w, 0, 16, 0);
-	window(w, 0, 0, 0);
-	wal_close(w);
-	expect(path, 1, 0, 2, 15);
+	pid = fork();			/* epoch 2, another process: a window, killed */
+	if (pid == 0) {
+		if (!(w = open_log(path)))
+			_exit(1);
+		window(w, 0, 16, 0);
+		window(w, 0, 0, 0);
+		_exit(0);
+	}
+	CU_ASSERT_FATAL(pid > 0 && waitpid(pid, &status, 0) == pid && status == 0);
+	expect_pid(path, 1, 0, 2, 15, pid);
 
 	w = open_log(path);		/* epoch 3: its restore, to a clean end */
 	window(w, 16, 16, 0);
@@ -106,10 +122,22 @@ static void test_life(void)
 	wal_close(w);
 	expect(path, 0, 1, 4, 15);
 
-	w = open_log(path);		/* epoch 6: an engine adapter's window, killed */
+	w = open_log(path);		/* epoch 6: an engine adapter's window, killed: */
+	window(w, 40, 8, WINDOW_REQUESTS);	/* a restore takes epoch 4's decode */
+	wal_close(w);			/* window still, which is not held */
+	expect(path, 0, 0, 4, 15);
+
+	w = open_log(path);		/* epoch 7: a decode window outranks a newer */
+	window(w, 64, 16, 0);		/* adapter's, as in a restore */
+	window(w, 80, 16, WINDOW_REQUESTS);
+	wal_close(w);
+	expect(path, 1, 0, 7, 79);
+	unlink(path);
+
+	w = open_log(path);		/* a scheduler's log: adapter's windows only */
 	window(w, 40, 8, WINDOW_REQUESTS);
 	wal_close(w);
-	expect(path, 1, 0, 6, 47);
+	expect(path, 1, 0, 1, 47);
 	unlink(path);
 }
 
@@ -140,11 +168,37 @@ static void test_paths(void)
 	unlink(open_file);
 }
 
+/* A log damaged inside its committed part is wal_open's to judge. */
+static void test_damaged(void)
+{
+	struct held_state h;
+	struct wal *w;
+	char path[256];
+	uint8_t *img;
+	size_t len;
+
+	w = open_log(test_path(path, sizeof path, "damaged"));
+	CU_ASSERT_FATAL(w != NULL);
+	window(w, 0, 16, 0);
+	window(w, 16, 16, 0);
+	wal_close(w);
+	CU_ASSERT_EQUAL(held_at(path, &h), 1);
+	CU_ASSERT_FATAL((img = test_slurp(path, &len)) != NULL && len > 4200);
+	img[4096 + 40] ^= 0x55;		/* inside the first record */
+	CU_ASSERT_FATAL(test_spew(path, img, len) == 0);
+	free(img);
+	memset(&h, 0xff, sizeof h);
+	CU_ASSERT_EQUAL(held_at(path, &h), 0);
+	CU_ASSERT_EQUAL(h.held, 0);
+	unlink(path);
+}
+
 int main(void)
 {
 	static CU_TestInfo tests[] = {
 		{ "a log's life", test_life },
 		{ "paths left to wal_open", test_paths },
+		{ "a damaged log left to wal_open", test_damaged },
 		CU_TEST_INFO_NULL
 	};
 	CU_SuiteInfo suites[] = {

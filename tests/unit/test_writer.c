@@ -436,6 +436,19 @@ static void test_end(void)
 	CU_ASSERT_EQUAL(wal_iter_next(&it, &rec), 0);
 	CU_ASSERT_STRING_EQUAL(wal_rec_type_name(WAL_REC_EXIT), "exit");
 	wal_reader_close(r);
+
+	/* From a signal handler's side: the same end, the lock only tried. */
+	CU_ASSERT_FATAL((w = open_log(path, MiB, WAL_OPEN_CREATE)) != NULL);
+	append(w, WAL_REC_USER, buf, mark(buf, 32, 2, 2, 0));	/* dropped */
+	CU_ASSERT_EQUAL(wal_end_signal(w, exit_rec, sizeof exit_rec), 0);
+	CU_ASSERT_EQUAL(wal_append(w, WAL_REC_USER, buf, 12), WAL_EENDED);
+	wal_close(w);
+	CU_ASSERT_FATAL((r = read_log(path)) != NULL);
+	win = wal_reader_windows(r, &n);
+	CU_ASSERT_EQUAL_FATAL(n, 3);
+	CU_ASSERT_EQUAL(win[2].records, 3);	/* the new EPOCH, EXIT, WINDOW */
+	CU_ASSERT_EQUAL(win[2].epoch, 2);
+	wal_reader_close(r);
 	unlink(path);
 }
 
