@@ -244,10 +244,8 @@ int bench_launch(const struct cli_command *cmd, int argc, char **argv)
 	static const struct option opts[] = {
 		{ "launches", required_argument, NULL, 'n' },
 		{ "steps", required_argument, NULL, 'S' },
-		{ "preload", required_argument, NULL, 'p' },
-		{ "fixture", required_argument, NULL, 'f' },
 		{ "bench", required_argument, NULL, 'b' },
-		{ "serve", required_argument, NULL, 1 },	/* no short option */
+		FXRUN_OPTIONS,
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
@@ -263,6 +261,8 @@ int bench_launch(const struct cli_command *cmd, int argc, char **argv)
 	if (!c)
 		return cli_fail(cmd, 0, EXIT_USAGE, "out of memory");
 	while ((ch = cli_getopt(&o, argc, argv, opts)) != -1) {
+		if (fxrun_option(&c->fx, ch, optarg, &serve))
+			continue;
 		switch (ch) {
 		case 'n':
 			if (cli_parse_u64(&o, "--launches", optarg, 1000, 100000000, &v) == 0)
@@ -272,10 +272,7 @@ int bench_launch(const struct cli_command *cmd, int argc, char **argv)
 			if (cli_parse_u64(&o, "--steps", optarg, 1, 100000, &v) == 0)
 				f.steps = (unsigned long)v;
 			break;
-		case 'p': c->fx.preload = optarg; break;
-		case 'f': c->fx.fixture = optarg; break;
 		case 'b': bench = optarg; break;
-		case 1: serve = optarg; break;
 		case 'j': o.json = 1; break;
 		case 'h':
 			cli_print_usage(cmd, stdout);

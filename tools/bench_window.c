@@ -200,9 +200,7 @@ int bench_window(const struct cli_command *cmd, int argc, char **argv)
 		{ "pool-mib", required_argument, NULL, 'm' },
 		{ "windows", required_argument, NULL, 'n' },
 		{ "window", required_argument, NULL, 'w' },
-		{ "preload", required_argument, NULL, 'p' },
-		{ "fixture", required_argument, NULL, 'f' },
-		{ "serve", required_argument, NULL, 1 },	/* no short option */
+		FXRUN_OPTIONS,
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
@@ -218,13 +216,12 @@ int bench_window(const struct cli_command *cmd, int argc, char **argv)
 	if (!c)
 		return cli_fail(cmd, 0, EXIT_USAGE, "out of memory");
 	while ((ch = cli_getopt(&o, argc, argv, opts)) != -1) {
+		if (fxrun_option(c, ch, optarg, &serve))
+			continue;
 		switch (ch) {
 		case 'm': cli_parse_u64(&o, "--pool-mib", optarg, 8, 16384, &f.pool_mib); break;
 		case 'n': cli_parse_u64(&o, "--windows", optarg, 1, 4096, &f.windows); break;
 		case 'w': cli_parse_u64(&o, "--window", optarg, 1, 65536, &f.window); break;
-		case 'p': c->preload = optarg; break;
-		case 'f': c->fixture = optarg; break;
-		case 1: serve = optarg; break;
 		case 'j': o.json = 1; break;
 		case 'h':
 			cli_print_usage(cmd, stdout);

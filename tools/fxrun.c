@@ -18,6 +18,16 @@
 #define WAL_SIZE "16M"
 #define ADD_MAX 8	/* variables a benchmark adds */
 
+int fxrun_option(struct fxrun *c, int ch, const char *arg, const char **serve)
+{
+	switch (ch) {
+	case 'p': c->preload = arg; return 1;
+	case 'f': c->fixture = arg; return 1;
+	case FXRUN_OPT_SERVE: *serve = arg; return 1;
+	}
+	return 0;
+}
+
 void fxrun_pieces(struct cli_opts *o, struct fxrun *c, const char *serve)
 {
 	char lib[PATH_MAX + 32], msg[PATH_MAX + 64];

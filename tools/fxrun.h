@@ -33,6 +33,16 @@ struct fxrun {
 	char msg[PATH_MAX + 512];	/* why a run failed */
 };
 
+/* The options every such benchmark takes, for its getopt table, and
+ * their handling: 1 when ch was one of them (arg its argument; --serve's
+ * kept in *serve for fxrun_pieces), else 0. */
+#define FXRUN_OPT_SERVE 1	/* --serve has no short option */
+#define FXRUN_OPTIONS							\
+	{ "preload", required_argument, NULL, 'p' },			\
+	{ "fixture", required_argument, NULL, 'f' },			\
+	{ "serve", required_argument, NULL, FXRUN_OPT_SERVE }
+int fxrun_option(struct fxrun *c, int ch, const char *arg, const char **serve);
+
 /* Check the preload, the fixture and the serving program (serve: as
  * given, NULL when missing), as usage errors on o. */
 void fxrun_pieces(struct cli_opts *o, struct fxrun *c, const char *serve);
