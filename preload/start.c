@@ -150,6 +150,7 @@ static void log_exit(int status, void *arg)
 	uint8_t payload[EXIT_PAYLOAD_SIZE];
 	struct rec_exit e = { .pid = (uint32_t)getpid() };
 	struct timespec until;
+	const char *why;
 	int r;
 
 	(void)arg;
@@ -159,17 +160,16 @@ static void log_exit(int status, void *arg)
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += 2;
 	if ((r = pthread_mutex_timedlock(allocs_lock(), &until)) != 0) {
-		msg_log(WAL_LOG_WARN, "cannot record this process's exit in the log (%s); the "
-			"next run on it leaves its state to a restore", strerror(r));
-		return;
+		why = strerror(r);
+	} else {
+		if ((r = wal_end(pl.wal, payload, sizeof payload)) == 0)
+			shim_events_off();
+		pthread_mutex_unlock(allocs_lock());
+		why = wal_strerror(r);
 	}
-	r = wal_end(pl.wal, payload, sizeof payload);
-	if (r == 0)
-		shim_events_off();
-	pthread_mutex_unlock(allocs_lock());
-	if (r < 0)
-		msg_log(WAL_LOG_WARN, "cannot record this process's exit in the log: %s; the "
-			"next run on it leaves its state to a restore", wal_strerror(r));
+	if (r != 0)
+		msg_log(WAL_LOG_WARN, "cannot record this process's exit in the log (%s); the "
+			"next run on it leaves its state to a restore", why);
 }
 
 static void drop_tables(void)
