@@ -11,6 +11,9 @@
  *   atom_ld_relaxed  volatile load                  load, relaxed
  *   atom_cas         atomicCAS                      strong CAS, relaxed
  *   atom_add         atomicAdd                      fetch_add, relaxed
+ *   atom_or32        atomicOr                       fetch_or, relaxed
+ *   atom_and32       atomicAnd                      fetch_and, relaxed
+ *   atom_ld32        volatile load                  load, relaxed
  *   atom_max_release __threadfence; atomicMax       CAS loop, release
  *   atom_fence_sys   __threadfence_system           fence, release
  *   atom_publish     __threadfence_system; store    store, release
@@ -50,6 +53,21 @@ ALGO_FN uint64_t atom_add(uint64_t *p, uint64_t v)
 	return atomicAdd((unsigned long long *)p, v);
 }
 
+ALGO_FN void atom_or32(uint32_t *p, uint32_t v)
+{
+	atomicOr(p, v);
+}
+
+ALGO_FN void atom_and32(uint32_t *p, uint32_t v)
+{
+	atomicAnd(p, v);
+}
+
+ALGO_FN uint32_t atom_ld32(const uint32_t *p)
+{
+	return *(const volatile uint32_t *)p;
+}
+
 /* Raise *p to v, ordering what this thread saw before it (its acquire
  * loads included) before the new value: the fence makes the relaxed RMW
  * a release. */
@@ -84,6 +102,7 @@ ALGO_FN void atom_publish(uint64_t *p, uint64_t v)
 #define ATOM_P(p) ((_Atomic uint64_t *)(p))
 
 _Static_assert(sizeof(_Atomic uint64_t) == sizeof(uint64_t), "atomic u64 layout");
+_Static_assert(sizeof(_Atomic uint32_t) == sizeof(uint32_t), "atomic u32 layout");
 
 ALGO_FN uint64_t atom_ld_acquire(const uint64_t *p)
 {
@@ -105,6 +124,21 @@ ALGO_FN int atom_cas(uint64_t *p, uint64_t expect, uint64_t desired)
 ALGO_FN uint64_t atom_add(uint64_t *p, uint64_t v)
 {
 	return atomic_fetch_add_explicit(ATOM_P(p), v, memory_order_relaxed);
+}
+
+ALGO_FN void atom_or32(uint32_t *p, uint32_t v)
+{
+	atomic_fetch_or_explicit((_Atomic uint32_t *)p, v, memory_order_relaxed);
+}
+
+ALGO_FN void atom_and32(uint32_t *p, uint32_t v)
+{
+	atomic_fetch_and_explicit((_Atomic uint32_t *)p, v, memory_order_relaxed);
+}
+
+ALGO_FN uint32_t atom_ld32(const uint32_t *p)
+{
+	return atomic_load_explicit((const _Atomic uint32_t *)p, memory_order_relaxed);
 }
 
 ALGO_FN void atom_max_release(uint64_t *p, uint64_t v)

@@ -42,6 +42,20 @@
  *
  * An all-zero chunk hashes to kv_zero_hash(len), which costs len / 8
  * mixes: compute it once per chunk length (a pool has at most two).
+ *
+ * Dirty chunks.  Hashing every chunk costs a read of the whole pool per
+ * window, however few tokens the window wrote.  Where a KV rule says how
+ * far apart a pool's blocks lie (PROFILES.md, kv stride=), the preload
+ * enqueues moeft_kv_mark after each KV-writer launch, in its stream: it
+ * reads the launch's slot list and sets, in the pool's dirty bitmap (one
+ * bit per chunk), the bit of every chunk that the slots' blocks overlap.
+ * A snapshot given the bitmap (kv_snap_args.dirty) then hashes only the
+ * chunks whose bit is set, unless it is fresh or forced, which read every
+ * chunk; either way it leaves a chunk's bit set only when the chunk
+ * changed and found no room, so the next snapshot stages it.  The bitmap
+ * needs no setup either: a pool's first snapshot is fresh and writes
+ * every bit.  The hash stays the judge of change: a block written with
+ * the bytes it held is not staged.
  */
 #ifndef MOEFT_KVSNAP_H
 #define MOEFT_KVSNAP_H
@@ -87,7 +101,8 @@ struct kv_stage {
 				    once the snapshot has ended) */
 	uint64_t overflow;       /* changed chunks that found no room */
 	uint64_t overflow_bytes; /* their lengths */
-	uint8_t pad1[32];
+	uint64_t read;           /* pool bytes hashed */
+	uint8_t pad1[24];
 };
 
 /* One staged chunk. */
@@ -123,6 +138,9 @@ struct kv_snap_args {
 	uint64_t bytes;
 	uint64_t chunk_bytes;
 	uint64_t *sums;          /* nchunks hashes (device memory, or mapped) */
+	uint32_t *dirty;         /* ceil(nchunks / 32) words of dirty bits, chunk
+				    c at bit c % 32 of word c / 32; NULL: hash
+				    every chunk */
 	struct kv_stage *stage;  /* the device's view of the staging area */
 	struct kv_stage *ctl;    /* its header's fields and counters: stage, or
 				    a copy in device memory */
@@ -132,9 +150,44 @@ struct kv_snap_args {
 	uint32_t flags;          /* KVSNAP_FRESH, KVSNAP_FORCE */
 };
 
+#define KVMARK_THREADS 256u          /* block size of moeft_kv_mark */
+#define KVMARK_MAX_POOLS 4u          /* pools one launch writes (RULE_MAX_POOL) */
+
+/* One pool a KV-writer launch writes: block b of its slots lies in bytes
+ * [off + b * stride, off + (b + 1) * stride) of the pool, cut at its end. */
+struct kv_mark_pool {
+	uint32_t *dirty;         /* the pool's bitmap (device memory) */
+	uint64_t bytes;          /* the pool's size */
+	uint64_t off;            /* bytes from the pool's start to block 0 */
+	uint64_t stride;         /* bytes from one block to the next, >= 1 */
+	uint32_t chunk_shift;    /* log2 of the pool's chunk bytes */
+	uint32_t pad;            /* zero */
+};
+
+/*
+ * Parameters of moeft_kv_mark (by value: a graph records them).  Launch
+ * with 1-D blocks of up to KVMARK_THREADS threads and any 1-D grid
+ * (grid-stride over the slots).  It marks the chunks of every block that
+ * slots[0..count) name: slot s lies in block s / block; negative slots
+ * are padding, and a block past a pool's end marks nothing there.  An
+ * invalid request (slots NULL, block 0, an unknown dtype, npool above
+ * KVMARK_MAX_POOLS, a pool without a bitmap, size or stride, a chunk
+ * shift out of kvsnap's range) does nothing.
+ */
+struct kv_mark_args {
+	const void *slots;       /* device memory */
+	uint64_t count;
+	uint64_t block;          /* slots per KV block */
+	uint32_t dtype;          /* enum cap_dtype: CAP_DT_I32, U32 or I64 */
+	uint32_t npool;
+	struct kv_mark_pool pool[KVMARK_MAX_POOLS];
+};
+
 #ifndef __CUDACC__
-/* Host reference of moeft_kv_snapshot (same effect; chunks in any order). */
+/* Host references of moeft_kv_snapshot (same effect; chunks in any order)
+ * and moeft_kv_mark. */
 void kv_snapshot_ref(const struct kv_snap_args *a);
+void kv_mark_ref(const struct kv_mark_args *a);
 
 /* The chunk size of a pool of `bytes` that nothing else sizes (MOEFT_KV
  * block=): 4 KiB, doubled while the pool has more than 2^16 chunks, up to

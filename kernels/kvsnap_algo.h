@@ -9,11 +9,17 @@
  * kernels/.
  *
  * Per chunk: every thread sums the hash terms of its words; the block adds
- * the sums; one thread compares with the previous hash and reserves (kv_begin); the
- * block copies (kv_copy); one thread writes the entry and the new sum
- * (kv_end).  After its last chunk the snapshot fences (atom_fence_sys), so
- * a host that sees anything the same stream writes later sees the staged
- * bytes and the table.
+ * the sums; one thread compares with the previous hash and reserves
+ * (kv_begin), and settles the chunk's dirty bit (kv_settle); the block
+ * copies (kv_copy); one thread writes the entry and the new sum (kv_end).
+ * The chunks are every chunk of the pool, or, for a sparse snapshot
+ * (kv_sparse), the set bits of the dirty words (kv_dirty_bits).  After its
+ * last chunk the snapshot fences (atom_fence_sys), so a host that sees
+ * anything the same stream writes later sees the staged bytes and the
+ * table.
+ *
+ * The mark (moeft_kv_mark): each thread takes slots, and for each pool
+ * sets the bits of the chunks its block overlaps (kv_mark_slot).
  */
 #ifndef MOEFT_KVSNAP_ALGO_H
 #define MOEFT_KVSNAP_ALGO_H
@@ -21,6 +27,7 @@
 #include <string.h>
 
 #include "atomics_algo.h"
+#include "capture.h"
 #include "kvsnap.h"
 
 #ifndef __CUDACC__
@@ -146,6 +153,41 @@ ALGO_FN int kv_reserve(struct kv_stage *s, uint64_t len, struct kv_resv *rv)
 	return 0;
 }
 
+/* Whether a snapshot hashes only the chunks marked dirty. */
+ALGO_FN int kv_sparse(const struct kv_snap_args *a)
+{
+	return a->dirty && !(a->flags & (KVSNAP_FRESH | KVSNAP_FORCE));
+}
+
+ALGO_FN uint64_t kv_dirty_words(const struct kv_snap_args *a)
+{
+	return (kv_nchunks(a) + 31) / 32;
+}
+
+/* The set bits of dirty word w that name chunks of the pool (a bitmap
+ * that no snapshot has written yet may hold any bits). */
+ALGO_FN uint32_t kv_dirty_bits(const struct kv_snap_args *a, uint64_t w)
+{
+	uint64_t past = kv_nchunks(a) - w * 32;
+
+	return atom_ld32(a->dirty + w) & (past >= 32 ? ~0u : (1u << past) - 1);
+}
+
+/* One thread, once kv_begin judged chunk c: its dirty bit stays set only
+ * when the chunk changed and found no room. */
+ALGO_FN void kv_settle(const struct kv_snap_args *a, uint64_t c, int pending)
+{
+	uint32_t *w, bit = 1u << (c % 32);
+
+	if (!a->dirty)
+		return;
+	w = a->dirty + c / 32;
+	if (pending)
+		atom_or32(w, bit);
+	else if (atom_ld32(w) & bit)
+		atom_and32(w, ~bit);
+}
+
 /* The hash chunk c had when last staged. */
 ALGO_FN uint64_t kv_prev(const struct kv_snap_args *a, uint64_t c)
 {
@@ -154,21 +196,30 @@ ALGO_FN uint64_t kv_prev(const struct kv_snap_args *a, uint64_t c)
 	return a->sums[c];
 }
 
-/* One thread, once chunk c's hash h is summed: 1 when the chunk changed
- * and has room to be staged at rv.  Where sums[c] would not say that an
- * unstaged chunk changed (fresh, or forced), it is written here. */
+/* What kv_begin found of a chunk. */
+enum { KV_SAME, KV_STAGE, KV_NO_ROOM };
+
+/* One thread, once chunk c's hash h is summed: KV_STAGE when the chunk
+ * changed and has room to be staged at rv, KV_NO_ROOM when it changed
+ * and has none, else KV_SAME; its bytes count as read.  Where sums[c]
+ * would not say that an unstaged chunk changed (fresh, or forced), it is
+ * written here; the dirty bit says it too (kv_settle). */
 ALGO_FN int kv_begin(const struct kv_snap_args *a, uint64_t c, uint64_t h, struct kv_resv *rv)
 {
+	int r = KV_NO_ROOM;
+
+	atom_add(&a->ctl->read, kv_chunk_len(a, c));
 	if (!(a->flags & KVSNAP_FORCE) && h == kv_prev(a, c)) {
 		if (a->flags & KVSNAP_FRESH)
 			a->sums[c] = h;
-		return 0;
-	}
-	if (kv_reserve(a->ctl, kv_chunk_len(a, c), rv))
-		return 1;
-	if (a->flags & (KVSNAP_FRESH | KVSNAP_FORCE))
+		r = KV_SAME;
+	} else if (kv_reserve(a->ctl, kv_chunk_len(a, c), rv)) {
+		r = KV_STAGE;
+	} else if (a->flags & (KVSNAP_FRESH | KVSNAP_FORCE)) {
 		a->sums[c] = ~h;
-	return 0;
+	}
+	kv_settle(a, c, r == KV_NO_ROOM);
+	return r;
 }
 
 /* Words first, first + step, ... of the len bytes at src to dst: whole
@@ -205,6 +256,62 @@ ALGO_FN void kv_end(const struct kv_snap_args *a, uint64_t c, uint64_t h,
 	e->data = rv->data;
 	e->hash = h;
 	a->sums[c] = h;
+}
+
+/* ---- the mark ---------------------------------------------------------- */
+
+ALGO_FN int kv_mark_ok(const struct kv_mark_args *a)
+{
+	uint32_t i;
+
+	if (!a->slots || !a->block || a->npool > KVMARK_MAX_POOLS ||
+	    (a->dtype != CAP_DT_I32 && a->dtype != CAP_DT_U32 && a->dtype != CAP_DT_I64))
+		return 0;
+	for (i = 0; i < a->npool; i++) {
+		const struct kv_mark_pool *p = &a->pool[i];
+
+		if (!p->dirty || !p->bytes || !p->stride || p->chunk_shift < 12 ||
+		    p->chunk_shift > 30)
+			return 0;
+	}
+	return 1;
+}
+
+/* Slot i of the list (a u32 slot is never padding). */
+ALGO_FN int64_t kv_mark_slot_at(const struct kv_mark_args *a, uint64_t i)
+{
+	if (a->dtype == CAP_DT_I64)
+		return ((const int64_t *)a->slots)[i];
+	if (a->dtype == CAP_DT_U32)
+		return (int64_t)((const uint32_t *)a->slots)[i];
+	return ((const int32_t *)a->slots)[i];
+}
+
+/* One thread: mark, in every pool, the chunks that slot s's block
+ * overlaps.  A block is marked whole, whatever part of it the slot
+ * takes: a layout that spreads a slot over its block (vLLM's older
+ * key cache) is covered too. */
+ALGO_FN void kv_mark_slot(const struct kv_mark_args *a, int64_t s)
+{
+	uint64_t b, lo, hi, c;
+	uint32_t i;
+
+	if (s < 0)
+		return;
+	b = (uint64_t)s / a->block;
+	for (i = 0; i < a->npool; i++) {
+		const struct kv_mark_pool *p = &a->pool[i];
+
+		/* Block b starts inside the pool: off + b * stride < bytes,
+		 * asked without overflow. */
+		if (p->off >= p->bytes || b > (p->bytes - p->off - 1) / p->stride)
+			continue;
+		lo = p->off + b * p->stride;
+		hi = p->bytes - lo > p->stride ? lo + p->stride : p->bytes;
+		for (c = lo >> p->chunk_shift; c <= (hi - 1) >> p->chunk_shift; c++)
+			if (!(atom_ld32(p->dirty + c / 32) & (1u << (c % 32))))
+				atom_or32(p->dirty + c / 32, 1u << (c % 32));
+	}
 }
 
 #endif

@@ -73,4 +73,5 @@ void kv_stage_reset(struct kv_stage *s)
 	s->entries = 0;
 	s->overflow = 0;
 	s->overflow_bytes = 0;
+	s->read = 0;
 }

@@ -15,10 +15,14 @@
 
 /* One block per chunk at a time: enough blocks to fill a large GPU. */
 #define SNAPSHOT_BLOCKS 1024u
+/* A mark has a slot per token of the launch: a few blocks do. */
+#define MARK_BLOCKS 16u
+
+enum { FN_APPEND, FN_SNAPSHOT, FN_MARK, NFNS };
 
 static const char *image_path;	/* MOEFT_KERNEL_IMAGE, or NULL */
 /* Written once, before capture is switched on. */
-static void *fns[2];
+static void *fns[NFNS];
 
 void kernels_init(const char *path)
 {
@@ -48,9 +52,15 @@ static void *read_image(const char *path, char *why, size_t whylen)
 
 int kernels_load(char *why, size_t whylen)
 {
-	static const char *const names[] = { KERNEL_CAPTURE_APPEND, KERNEL_KV_SNAPSHOT };
-	static const size_t sizes[] = { sizeof(struct cap_append_args),
-					sizeof(struct kv_snap_args) };
+	static const char *const names[NFNS] = {
+		[FN_APPEND] = KERNEL_CAPTURE_APPEND, [FN_SNAPSHOT] = KERNEL_KV_SNAPSHOT,
+		[FN_MARK] = KERNEL_KV_MARK,
+	};
+	static const size_t sizes[NFNS] = {
+		[FN_APPEND] = sizeof(struct cap_append_args),
+		[FN_SNAPSHOT] = sizeof(struct kv_snap_args),
+		[FN_MARK] = sizeof(struct kv_mark_args),
+	};
 	const void *images[2];
 	unsigned n = 0;
 	void *file = NULL;
@@ -66,20 +76,29 @@ int kernels_load(char *why, size_t whylen)
 		return -1;
 	}
 	/* The driver keeps its own copy of a module it loaded. */
-	r = shim_dev_load(images, n, names, sizes, 2, fns, why, whylen);
+	r = shim_dev_load(images, n, names, sizes, NFNS, fns, why, whylen);
 	free(file);
 	return r;
 }
 
 int kernels_append(void *stream, const struct cap_append_args *a)
 {
-	return shim_dev_launch(fns[0], 1, CAP_APPEND_THREADS, stream, (void *)a);
+	return shim_dev_launch(fns[FN_APPEND], 1, CAP_APPEND_THREADS, stream, (void *)a);
 }
 
 int kernels_snapshot(void *stream, const struct kv_snap_args *a)
 {
 	uint64_t chunks = (a->bytes + a->chunk_bytes - 1) / a->chunk_bytes;
 
-	return shim_dev_launch(fns[1], chunks < SNAPSHOT_BLOCKS ? (unsigned)chunks : SNAPSHOT_BLOCKS,
+	return shim_dev_launch(fns[FN_SNAPSHOT],
+			       chunks < SNAPSHOT_BLOCKS ? (unsigned)chunks : SNAPSHOT_BLOCKS,
 			       KVSNAP_THREADS, stream, (void *)a);
+}
+
+int kernels_mark(void *stream, const struct kv_mark_args *a)
+{
+	uint64_t blocks = (a->count + KVMARK_THREADS - 1) / KVMARK_THREADS;
+
+	return shim_dev_launch(fns[FN_MARK], blocks == 0 ? 1 : blocks < MARK_BLOCKS ?
+			       (unsigned)blocks : MARK_BLOCKS, KVMARK_THREADS, stream, (void *)a);
 }

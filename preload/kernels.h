@@ -16,13 +16,15 @@
  * none), offered to the driver before the embedded fatbin. */
 void kernels_init(const char *image_path);
 
-/* Load both kernels, in the calling thread's current context: 0, or -1
+/* Load the kernels, in the calling thread's current context: 0, or -1
  * with one line in why. */
 int kernels_load(char *why, size_t whylen);
 
-/* Enqueue moeft_capture_append(*a) (one block) or moeft_kv_snapshot(*a) on
- * stream: 0 or the driver's CUresult.  Only after kernels_load succeeded. */
+/* Enqueue moeft_capture_append(*a) (one block), moeft_kv_snapshot(*a) or
+ * moeft_kv_mark(*a) on stream: 0 or the driver's CUresult.  Only after
+ * kernels_load succeeded. */
 int kernels_append(void *stream, const struct cap_append_args *a);
 int kernels_snapshot(void *stream, const struct kv_snap_args *a);
+int kernels_mark(void *stream, const struct kv_mark_args *a);
 
 #endif

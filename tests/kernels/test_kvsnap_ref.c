@@ -1,7 +1,8 @@
 /*
- * test_kvsnap_ref.c - host reference of moeft_kv_snapshot: the chunk hash,
- * which chunks a snapshot stages and what it writes, overflow, fresh and
- * forced snapshots, a header of its own (ctl), the staging area's setup,
+ * test_kvsnap_ref.c - host references of moeft_kv_snapshot and
+ * moeft_kv_mark: the chunk hash, which chunks a snapshot stages and what it
+ * writes, overflow, fresh and forced snapshots, a header of its own (ctl),
+ * the dirty marks and the sparse snapshot, the staging area's setup,
  * threads sharing one staging area.
  *
  * The hash is checked against values worked out independently and against
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "capture.h"
 #include "kvsnap.h"
 #include "testutil.h"
 
@@ -265,7 +267,7 @@ static uint64_t check_flags(const struct kv_stage *s, struct pool *p, unsigned n
 	const struct kv_stage_entry *t =
 		(const void *)((const unsigned char *)s + s->table_off);
 	const unsigned char *data = (const unsigned char *)s + s->data_off;
-	uint64_t i, j, c, changed = 0, lost_bytes = 0, used = 0;
+	uint64_t i, j, c, changed = 0, lost_bytes = 0, used = 0, read;
 	unsigned k;
 
 	CU_ASSERT_FATAL(s->entries <= s->max_entries);
@@ -314,6 +316,9 @@ static uint64_t check_flags(const struct kv_stage *s, struct pool *p, unsigned n
 		}
 	CU_ASSERT(s->overflow == changed - s->entries);
 	CU_ASSERT(s->overflow_bytes == lost_bytes);
+	for (k = 0, read = 0; k < np; k++)
+		read += p[k].bytes;
+	CU_ASSERT(s->read == read);
 	CU_ASSERT(s->overflow ? s->used >= used : s->used == used);
 	return s->entries;
 }
@@ -426,21 +431,28 @@ static void test_overflow_entries(void)
 	free(s);
 }
 
-/* A snapshot with flags; before[] as the chunks' previous hashes, which
- * are the hashes of zeros for a fresh one, whatever sums[] holds. */
-static void snapshot_flags(struct kv_stage *s, struct pool *p, uint32_t flags)
+/* A snapshot with flags, and a dirty bitmap unless NULL; before[] as the
+ * chunks' previous hashes, which are the hashes of zeros for a fresh one,
+ * whatever sums[] holds. */
+static void snapshot_dirty(struct kv_stage *s, struct pool *p, uint32_t *dirty, uint32_t flags)
 {
 	struct kv_snap_args a = args(p, s);
 	uint64_t c;
 
 	prepare(s, p, 1);
 	a.flags = flags;
+	a.dirty = dirty;
 	a.zero_whole = kv_zero_hash(CHUNK);
 	a.zero_last = kv_zero_hash(chunk_len(p, p->n - 1));
 	if (flags & KVSNAP_FRESH)
 		for (c = 0; c < p->n; c++)
 			p->before[c] = kv_zero_hash(chunk_len(p, c));
 	kv_snapshot_ref(&a);
+}
+
+static void snapshot_flags(struct kv_stage *s, struct pool *p, uint32_t flags)
+{
+	snapshot_dirty(s, p, NULL, flags);
 }
 
 /* A fresh snapshot reads no sum and writes them all: over poison, a
@@ -578,6 +590,253 @@ static void test_invalid(void)
 	CU_ASSERT(all_poison((unsigned char *)s + s->table_off,
 			     s->data_off + s->capacity - s->table_off));
 	CU_ASSERT(memcmp(p.sums, p.before, p.n * sizeof *p.sums) == 0);
+	pool_free(&p);
+	free(s);
+}
+
+/* ---- dirty chunks: the mark and the sparse snapshot ------------------- */
+
+#define DIRTY_WORDS 8u		/* bitmaps of up to 256 chunks */
+
+static int bit(const uint32_t *d, uint64_t c)
+{
+	return (d[c / 32] >> (c % 32)) & 1;
+}
+
+/* The chunks of bytes [lo, hi) of a pool of `bytes`, from the definition
+ * in kvsnap.h: set in want[]. */
+static void want_range(unsigned char *want, uint64_t lo, uint64_t hi, uint64_t bytes)
+{
+	uint64_t x;
+
+	if (hi > bytes)
+		hi = bytes;
+	for (x = lo; x < hi; x++)
+		want[x / CHUNK] = 1;
+}
+
+static void check_bits(const uint32_t *d, const unsigned char *want, uint64_t n)
+{
+	uint64_t c;
+
+	for (c = 0; c < DIRTY_WORDS * 32; c++)
+		if (bit(d, c) != (c < n && want[c]))
+			CU_FAIL("dirty bit differs from the expected one");
+}
+
+static struct kv_mark_args mark_args(const void *slots, uint64_t count, uint32_t dtype,
+				     uint64_t block)
+{
+	struct kv_mark_args a;
+
+	memset(&a, 0, sizeof a);
+	a.slots = slots;
+	a.count = count;
+	a.dtype = dtype;
+	a.block = block;
+	return a;
+}
+
+static void add_pool(struct kv_mark_args *a, uint32_t *dirty, uint64_t bytes, uint64_t off,
+		     uint64_t stride)
+{
+	struct kv_mark_pool *p = &a->pool[a->npool++];
+
+	p->dirty = dirty;
+	p->bytes = bytes;
+	p->off = off;
+	p->stride = stride;
+	p->chunk_shift = 12;
+}
+
+/* Each block's bytes, cut at the pool's end, mark exactly the chunks they
+ * overlap, in every pool of the launch; padding and blocks past a pool's
+ * end mark nothing; every slot type reads right. */
+static void test_mark(void)
+{
+	enum { BYTES = 40 * CHUNK + 100 };
+	/* block = 16: blocks 0, 1, 3, 2, 9, 2000 (past both ends), 33 */
+	static const int64_t slots64[] = { 0, 17, -1, 63, 47, -5, 159, 32000, 533 };
+	static const int32_t slots32[] = { 0, 17, -1, 63, 47, -5, 159, 32000, 533 };
+	static const uint32_t slotsu[] = { 0, 17, 63, 47, 159, 32000, 533 };
+	static const struct { const void *p; uint64_t n; uint32_t dt; } lists[] = {
+		{ slots64, 9, CAP_DT_I64 }, { slots32, 9, CAP_DT_I32 }, { slotsu, 7, CAP_DT_U32 },
+	};
+	static const uint64_t blocks[] = { 0, 1, 3, 2, 9, 33, 2000 };
+	uint32_t d1[DIRTY_WORDS], d2[DIRTY_WORDS];
+	unsigned char w1[256], w2[256];
+	uint64_t n = (BYTES + CHUNK - 1) / CHUNK;
+	size_t l, b;
+
+	for (l = 0; l < sizeof lists / sizeof lists[0]; l++) {
+		struct kv_mark_args a = mark_args(lists[l].p, lists[l].n, lists[l].dt, 16);
+
+		memset(d1, 0, sizeof d1);
+		memset(d2, 0, sizeof d2);
+		memset(w1, 0, sizeof w1);
+		memset(w2, 0, sizeof w2);
+		/* pool 1: blocks of 6000 bytes from byte 100, so a block
+		 * spans two or three chunks; pool 2: 1 KiB blocks from 0 */
+		add_pool(&a, d1, BYTES, 100, 6000);
+		add_pool(&a, d2, BYTES, 0, 1024);
+		for (b = 0; b < sizeof blocks / sizeof blocks[0]; b++) {
+			want_range(w1, 100 + blocks[b] * 6000, 100 + (blocks[b] + 1) * 6000, BYTES);
+			want_range(w2, blocks[b] * 1024, (blocks[b] + 1) * 1024, BYTES);
+		}
+		kv_mark_ref(&a);
+		check_bits(d1, w1, n);
+		check_bits(d2, w2, n);
+		CU_ASSERT(bit(d1, 0) && bit(d1, 1) && bit(d1, 2) && !bit(d1, 39) && bit(d2, 8));
+	}
+	{
+		/* a block that reaches past the end is cut there: the last,
+		 * short chunk, and not one past it */
+		static const int64_t last[] = { 27 * 16 };	/* bytes 162100.. */
+		struct kv_mark_args a = mark_args(last, 1, CAP_DT_I64, 16);
+
+		memset(d1, 0, sizeof d1);
+		memset(w1, 0, sizeof w1);
+		add_pool(&a, d1, BYTES, 100, 6000);
+		want_range(w1, 100 + 27 * 6000, 100 + 28 * 6000, BYTES);
+		kv_mark_ref(&a);
+		check_bits(d1, w1, n);
+		CU_ASSERT(bit(d1, n - 1) && !bit(d1, n));
+	}
+	{
+		/* a huge slot cannot wrap the byte offset round into the pool */
+		static const int64_t huge[] = { INT64_MAX, INT64_MAX / 16 * 16 };
+		struct kv_mark_args a = mark_args(huge, 2, CAP_DT_I64, 1);
+
+		memset(d1, 0, sizeof d1);
+		add_pool(&a, d1, BYTES, 0, (uint64_t)1 << 62);
+		kv_mark_ref(&a);
+		memset(w1, 0, sizeof w1);
+		check_bits(d1, w1, n);
+	}
+}
+
+/* An invalid mark sets no bit. */
+static void test_mark_invalid(void)
+{
+	static const int64_t slots[] = { 0, 16, 32 };
+	uint32_t d[DIRTY_WORDS];
+	struct kv_mark_args a, ok = mark_args(slots, 3, CAP_DT_I64, 16);
+	unsigned i;
+
+	add_pool(&ok, d, 64 * CHUNK, 0, CHUNK);
+	for (i = 0; i < 9; i++) {
+		a = ok;
+		switch (i) {
+		case 0: a.slots = NULL; break;
+		case 1: a.block = 0; break;
+		case 2: a.dtype = CAP_DT_F32; break;
+		case 3: a.npool = KVMARK_MAX_POOLS + 1; break;
+		case 4: a.pool[0].dirty = NULL; break;
+		case 5: a.pool[0].stride = 0; break;
+		case 6: a.pool[0].bytes = 0; break;
+		case 7: a.pool[0].chunk_shift = 11; break;
+		case 8: a.pool[0].chunk_shift = 31; break;
+		}
+		memset(d, 0, sizeof d);
+		kv_mark_ref(&a);
+		CU_ASSERT(d[0] == 0);
+	}
+	memset(d, 0, sizeof d);
+	kv_mark_ref(&ok);
+	CU_ASSERT(d[0] == 0x7);
+}
+
+/* A sparse snapshot hashes exactly the marked chunks: it stages those that
+ * changed, reads nothing else (a changed chunk nobody marked is left: the
+ * marks are the contract), and clears their bits; one that finds no room
+ * keeps its bit and is staged by the next. */
+static void test_sparse(void)
+{
+	enum { N = 40 };
+	struct kv_stage *s = stage_new(64 * 1024);
+	uint32_t dirty[DIRTY_WORDS];
+	unsigned char marked[256] = { 0 };
+	struct pool p;
+	uint64_t c, cap = s->capacity;
+
+	pool_init(&p, 3, N * CHUNK + 500, 0);
+	memset(dirty, 0, sizeof dirty);
+	/* chunks 1 and 33 written and marked; 7 marked, written with the
+	 * bytes it held; 20 written, not marked; the short last one (40)
+	 * written and marked */
+	p.base[CHUNK + 3] = 9;
+	p.base[33 * CHUNK] = 1;
+	p.base[20 * CHUNK] = 5;
+	p.base[N * CHUNK + 499] = 2;
+	dirty[0] = 1u << 1 | 1u << 7;
+	dirty[1] = 1u << 1 | 1u << 8;
+	snapshot_dirty(s, &p, dirty, 0);
+	CU_ASSERT(s->entries == 3 && s->overflow == 0);
+	CU_ASSERT(s->read == 3 * CHUNK + 500);
+	CU_ASSERT(dirty[0] == 0 && dirty[1] == 0);
+	for (c = 0; c < s->entries; c++) {
+		const struct kv_stage_entry *e =
+			(const void *)((const unsigned char *)s + s->table_off + c * sizeof *e);
+
+		CU_ASSERT(e->chunk == 1 || e->chunk == 33 || e->chunk == N);
+		CU_ASSERT(e->hash == kv_chunk_hash(chunk_at(&p, e->chunk),
+						   chunk_len(&p, e->chunk)));
+		marked[e->chunk] = 1;
+		CU_ASSERT(p.sums[e->chunk] == e->hash);
+	}
+	CU_ASSERT(marked[1] && marked[33] && marked[N]);
+	CU_ASSERT(p.sums[20] == kv_zero_hash(CHUNK));	/* left, unread */
+
+	/* nothing marked: nothing read */
+	snapshot_dirty(s, &p, dirty, 0);
+	CU_ASSERT(s->entries == 0 && s->read == 0);
+
+	/* room for one of two: the other keeps its bit */
+	p.base[2 * CHUNK] = p.base[5 * CHUNK] = 4;
+	dirty[0] = 1u << 2 | 1u << 5;
+	s->capacity = CHUNK;
+	snapshot_dirty(s, &p, dirty, 0);
+	CU_ASSERT(s->entries == 1 && s->overflow == 1);
+	CU_ASSERT(dirty[0] == 1u << 2 || dirty[0] == 1u << 5);
+	s->capacity = cap;
+	snapshot_dirty(s, &p, dirty, 0);
+	CU_ASSERT(s->entries == 1 && s->overflow == 0 && dirty[0] == 0);
+	pool_free(&p);
+	free(s);
+}
+
+/* A fresh or forced snapshot given a bitmap reads every chunk and writes
+ * every bit, whatever the bitmap held (bits past the last chunk are
+ * never taken for chunks); the next sparse one reads only what then
+ * stays marked. */
+static void test_dirty_full(void)
+{
+	enum { N = 37 };
+	struct kv_stage *s = stage_new(256 * 1024);
+	uint32_t dirty[DIRTY_WORDS];
+	struct pool p;
+	uint64_t cap = s->capacity;
+	unsigned i;
+
+	pool_init(&p, 2, N * CHUNK, 0);
+	memset(dirty, 0xff, sizeof dirty);
+	p.base[4 * CHUNK] = p.base[30 * CHUNK] = 1;
+	snapshot_dirty(s, &p, dirty, KVSNAP_FRESH);
+	CU_ASSERT(s->entries == 2 && s->read == N * CHUNK);
+	CU_ASSERT(dirty[0] == 0 && (dirty[1] & 0x1f) == 0);
+	/* the bits past chunk 36 are not chunks: a sparse pass skips them */
+	snapshot_dirty(s, &p, dirty, 0);
+	CU_ASSERT(s->entries == 0 && s->read == 0 && s->overflow == 0);
+
+	s->capacity = 3 * CHUNK;
+	snapshot_dirty(s, &p, dirty, KVSNAP_FORCE);
+	CU_ASSERT(s->entries == 3 && s->overflow == N - 3 && s->read == N * CHUNK);
+	for (i = 0; i < N; i++)
+		CU_ASSERT(bit(dirty, i) == (p.sums[i] != kv_chunk_hash(chunk_at(&p, i), CHUNK)));
+	s->capacity = cap;
+	snapshot_dirty(s, &p, dirty, 0);
+	CU_ASSERT(s->entries == N - 3 && s->overflow == 0 && s->read == (N - 3) * CHUNK);
+	CU_ASSERT(dirty[0] == 0 && (dirty[1] & 0x1f) == 0);
 	pool_free(&p);
 	free(s);
 }
@@ -735,6 +994,10 @@ int main(void)
 		{ "force", test_force },
 		{ "ctl", test_ctl },
 		{ "invalid", test_invalid },
+		{ "mark", test_mark },
+		{ "mark_invalid", test_mark_invalid },
+		{ "sparse", test_sparse },
+		{ "dirty_full", test_dirty_full },
 		{ "stage_init", test_stage_init },
 		{ "concurrent", test_concurrent },
 		CU_TEST_INFO_NULL,
