@@ -342,16 +342,19 @@ void capture_sync(void)
 }
 
 /* Move the clock for a launch of kind on stream: *t says where it falls.
+ * For a KV hit, *mark gets the mark its launch needs (snapshot.h).
  * Returns 1 when the launch is being recorded into a graph, else 0. */
 static int tick(void *stream, int kind, uint64_t key, const struct rule_hit *h,
-		struct clk_tick *t)
+		struct clk_tick *t, struct kv_mark_args *mark)
 {
 	int capturing = shim_dev_capturing(stream) == 1;
 	struct clk_thread th = { (uintptr_t)&my_syncs, my_syncs };
 
 	pthread_mutex_lock(&cap.lock);
-	if (h && h->kind == RULE_KV)
+	if (h && h->kind == RULE_KV) {
 		pools_of_hit(h);
+		snap_mark(h, mark);
+	}
 	if (clk_hit(cap.clock, (uintptr_t)stream, kind, key, h ? h->rows : 0, capturing, &th,
 		    t) < 0) {
 		if (msg_first(&cap.said_lanes))
@@ -384,15 +387,31 @@ int capture_hit(int rule, const struct rule_hit *h, void *stream, struct capture
 		atomic_fetch_add_explicit(&cap.gaps, 1, memory_order_relaxed);
 		return 0;
 	}
-	captured = tick(stream, kinds[h->kind], key, h, &t);
+	captured = tick(stream, kinds[h->kind], key, h, &t, &after->mark);
+	after->stream = stream;
+	after->hit = *h;
+	if (h->kind == RULE_KV)
+		return after->mark.npool > 0;
 	if (h->kind != RULE_ROUTING || t.layer == UINT32_MAX)
 		return 0;
 	after->rule = rule;
 	after->layer = t.layer;
 	after->lane = captured ? WA_LANE_GRAPH : wa_lane((uintptr_t)stream);
-	after->stream = stream;
-	after->hit = *h;
 	return 1;
+}
+
+/* The mark of a KV hit's blocks, after its launch (snapshot.h). */
+static void mark_after(const struct capture_after *x)
+{
+	char why[64];
+	int r;
+
+	if (!atomic_load_explicit(&cap.on, memory_order_acquire) ||
+	    (r = kernels_mark(x->stream, &x->mark)) == 0)
+		return;
+	/* A write no mark records would be missing from the KV store. */
+	snprintf(why, sizeof why, "cannot launch the KV mark (CUresult %d)", r);
+	capture_off(why);
 }
 
 void capture_after(const struct capture_after *x)
@@ -400,6 +419,10 @@ void capture_after(const struct capture_after *x)
 	const struct rule_hit *h = &x->hit;
 	struct cap_append_args a = ring_append();
 
+	if (h->kind == RULE_KV) {
+		mark_after(x);
+		return;
+	}
 	a.src = (const void *)(uintptr_t)h->ptr;
 	a.tag = WA_TAG((unsigned)x->rule,
 		       h->experts > 0 && h->experts <= 0xffff ? (unsigned)h->experts : 0, x->lane);
@@ -420,7 +443,7 @@ void capture_graph_launch(void *stream)
 
 	/* Before any rule hit there is nothing a step could hold. */
 	if (atomic_load_explicit(&cap.on, memory_order_acquire))
-		tick(stream, CLK_GRAPH, 0, NULL, &t);
+		tick(stream, CLK_GRAPH, 0, NULL, &t, NULL);
 }
 
 void capture_began(void *stream)

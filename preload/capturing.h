@@ -44,14 +44,15 @@ void capture_init(const struct capture_setup *s);
 /* A new allocation, which may be a KV pool (pools.h). */
 void capture_new_alloc(const struct alloc_info *a);
 
-/* The capture of a routing hit, which must follow its launch in its
- * stream. */
+/* What follows a hit's launch in its stream: the capture of a routing
+ * hit, or the mark of a KV hit's blocks. */
 struct capture_after {
 	void *stream;
 	int rule;
 	uint32_t layer;
 	uint32_t lane;           /* of the entry (window.h) */
 	struct rule_hit hit;
+	struct kv_mark_args mark; /* KV: its pools (snapshot.h) */
 };
 
 /* Rule `rule` hit h on a launch about to run on stream: move the clock

@@ -43,7 +43,7 @@
 
 const char *const config_vars[] = {
 	"MOEFT_WAL", "MOEFT_WAL_SIZE", "MOEFT_NUMA_NODE", "MOEFT_WINDOW", "MOEFT_COMMIT",
-	"MOEFT_PROFILE", "MOEFT_KV", "MOEFT_LOG", "MOEFT_DISABLE", "MOEFT_STRICT",
+	"MOEFT_PROFILE", "MOEFT_KV", "MOEFT_KV_TRACK", "MOEFT_LOG", "MOEFT_DISABLE", "MOEFT_STRICT",
 	"MOEFT_RESTORE_AT", "MOEFT_KERNEL_IMAGE", "MOEFT_FORCE_FRESH",
 	/* Set by `moeft restore` for the process it starts: the plan the
 	 * preload follows, and the manifest for the application's own
@@ -222,6 +222,15 @@ static int load_commit(struct moeft_config *c, const char *v, char *err, size_t 
 		return 0;
 	}
 	return bad(err, errlen, "MOEFT_COMMIT", v, "must be wait or async");
+}
+
+static int load_kv_track(struct moeft_config *c, const char *v, char *err, size_t errlen)
+{
+	if (strcmp(v, "slots") == 0 || strcmp(v, "hash") == 0) {
+		c->kv_hash = v[0] == 'h';
+		return 0;
+	}
+	return bad(err, errlen, "MOEFT_KV_TRACK", v, "must be slots or hash");
 }
 
 static int load_restore_at(struct moeft_config *c, const char *v, char *err, size_t errlen)
@@ -453,6 +462,8 @@ int config_load(struct moeft_config *c, const char *(*get)(const char *name),
 		return -1;
 	if ((v = lookup(get, "MOEFT_KV")) && load_kv(c, v, err, errlen) < 0)
 		return -1;
+	if ((v = lookup(get, "MOEFT_KV_TRACK")) && load_kv_track(c, v, err, errlen) < 0)
+		return -1;
 	if ((v = lookup(get, "MOEFT_RESTORE")) && load_restore(c, v, err, errlen) < 0)
 		return -1;
 	if ((v = lookup(get, "MOEFT_RESTORE_AT")) && load_restore_at(c, v, err, errlen) < 0)
@@ -550,10 +561,10 @@ void config_describe(const struct moeft_config *c, char *out, size_t len)
 		snprintf(numa, sizeof numa, "%d", c->numa_node);
 	snprintf(out, len,
 		 "wal=%s size=%s numa=%s window=%u commit=%s restore-at=%s profile=%s kv=%s "
-		 "log=%s strict=%s disable=%s force-fresh=%s",
+		 "kv-track=%s log=%s strict=%s disable=%s force-fresh=%s",
 		 c->wal_path, fmt_bytes(c->wal_size, size, sizeof size), numa, c->window,
 		 c->commit_async ? "async" : "wait", c->restore_at_step ? "step" : "init",
-		 c->profile, c->kv_count ? c->kv_rules : "none",
+		 c->profile, c->kv_count ? c->kv_rules : "none", c->kv_hash ? "hash" : "slots",
 		 log_names[c->log_level >= 0 && c->log_level <= 3 ? c->log_level : 1],
 		 c->strict ? "on" : "off", c->disable ? "on" : "off",
 		 c->force_fresh ? "on" : "off");

@@ -41,6 +41,10 @@ struct moeft_config {
 	char kv_rules[CONFIG_KV_TEXT_MAX]; /* MOEFT_KV as given ("" if unset) */
 	unsigned kv_count;
 	struct kv_selector kv[CONFIG_KV_MAX];
+	int kv_hash;                    /* MOEFT_KV_TRACK=hash: every window
+					 * reads every chunk of every KV pool,
+					 * not only those of the blocks that
+					 * KV rules with stride= name */
 	int log_level;                  /* enum wal_log_level */
 	int disable;
 	int strict;

@@ -21,6 +21,7 @@ static struct {
 	struct kvs *kvs;
 	const struct kv_selector *kv;
 	unsigned nkv;
+	int hash_all;                   /* MOEFT_KV_TRACK=hash */
 	unsigned seen[CONFIG_KV_MAX];   /* allocations of each selector's size */
 	/* Once the store refused a pool (its table full, the file cannot
 	 * grow) it is asked no more: a KV rule hits every step, and each try
@@ -30,11 +31,12 @@ static struct {
 	atomic_uint nrefused;
 } po;
 
-void pools_init(struct kvs *kvs, const struct kv_selector *kv, unsigned nkv)
+void pools_init(struct kvs *kvs, const struct kv_selector *kv, unsigned nkv, int hash_all)
 {
 	po.kvs = kvs;
 	po.kv = kv;
 	po.nkv = nkv;
+	po.hash_all = hash_all;
 }
 
 static int was_refused(uint64_t alloc_id)
@@ -61,8 +63,9 @@ static void refuse(uint64_t alloc_id)
 }
 
 /* Make allocation a a KV pool tracked in chunks of `chunk` bytes: in the
- * KV store, the snapshot list and the log (its ALLOC again, role KV pool). */
-static void add_pool(const struct alloc_info *a, uint64_t chunk)
+ * KV store, the snapshot list (hashed: read whole every window) and the
+ * log (its ALLOC again, role KV pool). */
+static void add_pool(const struct alloc_info *a, uint64_t chunk, int hashed)
 {
 	struct kvs_pool_desc d = { .fingerprint = a->fingerprint, .size = a->size,
 				   .chunk_bytes = chunk, .ordinal = a->ordinal };
@@ -83,7 +86,8 @@ static void add_pool(const struct alloc_info *a, uint64_t chunk)
 	}
 	allocs_begin();
 	r = kvs_pool(po.kvs, &d, &no);
-	if (r == 0 && (r = snap_add_pool(a->alloc_id, a->base, a->size, chunk, no)) == 0)
+	if (r == 0 && (r = snap_add_pool(a->alloc_id, a->base, a->size, chunk, no,
+					 hashed || po.hash_all)) == 0)
 		allocs_set_role(a, ALLOC_ROLE_KV_POOL);
 	allocs_end();
 	if (r < 0) {
@@ -116,7 +120,7 @@ void pools_of_hit(const struct rule_hit *h)
 
 	for (i = 0; i < h->npool; i++)
 		if (allocs_find(h->pool[i], &a) == 0)
-			add_pool(&a, kv_default_chunk(a.size));
+			add_pool(&a, kv_default_chunk(a.size), 0);
 }
 
 void pools_of_alloc(const struct alloc_info *a)
@@ -129,7 +133,7 @@ void pools_of_alloc(const struct alloc_info *a)
 		if (k->size != a->size)
 			continue;
 		if (k->ordinal < 0 || po.seen[i] == (unsigned)k->ordinal)
-			add_pool(a, k->block ? k->block : kv_default_chunk(a->size));
+			add_pool(a, k->block ? k->block : kv_default_chunk(a->size), 1);
 		po.seen[i]++;
 	}
 }

@@ -16,8 +16,10 @@
 
 struct kvs;
 
-/* The KV store (NULL: KV is not captured) and the MOEFT_KV selectors. */
-void pools_init(struct kvs *kvs, const struct kv_selector *kv, unsigned nkv);
+/* The KV store (NULL: KV is not captured), the MOEFT_KV selectors, and
+ * MOEFT_KV_TRACK=hash (every pool read whole every window).  A selector's
+ * pool is always read whole: no rule says where its writes go. */
+void pools_init(struct kvs *kvs, const struct kv_selector *kv, unsigned nkv, int hash_all);
 
 /* A new allocation: a pool if a selector names it. */
 void pools_of_alloc(const struct alloc_info *a);

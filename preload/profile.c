@@ -317,7 +317,7 @@ static const struct {
 } kinds[] = {
 	[RULE_ROUTING] = { "routing", 3,
 			   { K_IDS, K_ROWS, K_K, K_STRIDE, K_EXPERTS, K_WEIGHTS, K_WHEN }, 7 },
-	[RULE_KV] = { "kv", 3, { K_SLOTS, K_COUNT, K_BLOCK, K_POOL, K_WHEN }, 5 },
+	[RULE_KV] = { "kv", 3, { K_SLOTS, K_COUNT, K_BLOCK, K_STRIDE, K_POOL, K_WHEN }, 6 },
 	[RULE_STEP] = { "step", 0, { K_WHEN }, 1 },
 };
 
@@ -430,6 +430,9 @@ static int parse_rule(struct pctx *x, int kind, char *rest)
 			return perr(x, x->eol, "%s rule without %s=",
 				    kinds[kind].name, key_names[key]);
 	}
+	if (kind == RULE_KV && (seen & (1u << K_STRIDE)) && !(seen & (1u << K_POOL)))
+		return perr(x, x->eol, "kv rule with stride= but without pool= (stride= is the "
+			    "bytes between the pools' blocks)");
 	return add_rule(x, &r);
 }
 
@@ -862,7 +865,8 @@ int rule_eval(const struct rule *r, void *const *args, const uint32_t *param_siz
 	} else if (r->kind == RULE_KV) {
 		if (eval_ref(&l, &r->ref, &h.ptr) < 0 ||
 		    eval_val(&l, &r->count, 0, &h.count) < 0 ||
-		    eval_val(&l, &r->block, 0, &h.block) < 0)
+		    eval_val(&l, &r->block, 0, &h.block) < 0 ||
+		    eval_val(&l, &r->stride, 0, &h.stride) < 0)
 			return -1;
 		for (i = 0; i < r->npool; i++)
 			if (eval_ref(&l, &r->pool[i], &h.pool[i]) < 0)
@@ -879,7 +883,7 @@ int rule_eval(const struct rule *r, void *const *args, const uint32_t *param_siz
 	if (r->kind == RULE_ROUTING &&
 	    (h.rows < 0 || h.k < 1 || h.stride < h.k || (r->experts.n && h.experts < 1)))
 		return -1;
-	if (r->kind == RULE_KV && (h.count < 0 || h.block < 1))
+	if (r->kind == RULE_KV && (h.count < 0 || h.block < 1 || (r->stride.n && h.stride < 1)))
 		return -1;
 	*out = h;
 	return 1;
@@ -1077,10 +1081,13 @@ int rule_format(const struct rule *r, char *buf, size_t len)
 	}
 	put_key_val(&o, "rows", &r->rows);
 	put_key_val(&o, "k", &r->k);
-	put_key_val(&o, "stride", &r->stride);
+	if (r->kind == RULE_ROUTING)
+		put_key_val(&o, "stride", &r->stride);
 	put_key_val(&o, "experts", &r->experts);
 	put_key_val(&o, "count", &r->count);
 	put_key_val(&o, "block", &r->block);
+	if (r->kind == RULE_KV)
+		put_key_val(&o, "stride", &r->stride);
 	for (i = 0; i < r->npool; i++) {
 		put(&o, "%s", i ? "," : " pool=");
 		put_ref(&o, &r->pool[i]);

@@ -79,7 +79,8 @@ struct rule {
 	char label[RULE_LABEL_MAX];      /* the `profile NAME` it sits under */
 	unsigned line;                   /* where it was defined */
 	struct rule_ref ref;             /* routing: ids=; kv: slots= */
-	struct rule_val rows, k, stride, experts;  /* routing */
+	struct rule_val rows, k, experts;          /* routing */
+	struct rule_val stride;                    /* routing; kv: optional */
 	struct rule_ref weights;         /* routing: weights= (dtype 0: not given) */
 	struct rule_val count, block;              /* kv */
 	unsigned npool;
@@ -148,6 +149,8 @@ struct rule_hit {
 	int wdtype;          /* their enum rule_dtype; 0 with weights 0 */
 	int64_t count;       /* kv: slot entries at ptr */
 	int64_t block;       /* kv: slots per KV block (slot / block = block index) */
+	/* kv: stride is the bytes from one block to the next in each pool, 0
+	 * when the rule does not say (the pools' chunks are then hashed) */
 	unsigned npool;
 	uint64_t pool[RULE_MAX_POOL]; /* kv: device pointers into the KV pool(s) */
 };

@@ -18,6 +18,10 @@
 
 #include "profile.h"
 
+/* vLLM's text is longer than the 4095 bytes C99 promises a string literal;
+ * GCC and Clang, the compilers the build takes, have no such limit. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Woverlength-strings"
 static const char vllm_rules[] =
 	"profile vllm\n"
 	"# Routing: vLLM topkGating, <<<>>>: ids [4], rows [3], k [6], weights [2]\n"
@@ -55,8 +59,14 @@ static const char vllm_rules[] =
 	"# topk_values [1]\n"
 	"routing *grouped_topk_fused_small_expert_count_kernel* ids=p2:i32 weights=p1:f32 rows=p4 k=p7\n"
 	"# KV: vLLM reshape_and_cache_flash_kernel: slot_mapping [4] int64, gridDim.x,\n"
-	"# block_size [12], key_cache [2], value_cache [3]\n"
-	"kv *30reshape_and_cache_flash_kernelI* slots=p4:i64 count=grid.x block=p12 pool=p2,p3\n"
+	"# block_size [12], key_cache [2], value_cache [3]; block_stride [5] int64\n"
+	"# elements of the 2nd template type: h (fp8) 1 byte, f 4, else 2\n"
+	"kv *30reshape_and_cache_flash_kernelI*hLNS_18Fp8KVCacheDataTypeE* slots=p4:i64 count=grid.x"
+	" block=p12 stride=p5:i64 pool=p2,p3\n"
+	"kv *30reshape_and_cache_flash_kernelIff* slots=p4:i64 count=grid.x block=p12"
+	" stride=p5:i64*4 pool=p2,p3\n"
+	"kv *30reshape_and_cache_flash_kernelI* slots=p4:i64 count=grid.x block=p12"
+	" stride=p5:i64*2 pool=p2,p3\n"
 	"# KV: vLLM reshape_and_cache_kernel: [4] int64, block_size [9]; caches [2], [3]\n"
 	"kv *24reshape_and_cache_kernelI* slots=p4:i64 count=grid.x block=p9 pool=p2,p3\n"
 	"# KV: vLLM concat_and_cache_mla_kernel: [3] int64, block_size [10]; kv_cache [2]\n"
@@ -73,6 +83,7 @@ static const char vllm_rules[] =
 	"# KV: vLLM indexer_k_quant_and_cache_kernel (DeepSeek-V3.2's indexer keys):\n"
 	"# [2] int64, gridDim.x, cache_block_size [5], kv_cache [1]\n"
 	"kv *32indexer_k_quant_and_cache_kernelI* slots=p2:i64 count=grid.x block=p5 pool=p1\n";
+#pragma GCC diagnostic pop
 
 static const char sglang_rules[] =
 	"profile sglang\n"

@@ -20,12 +20,14 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "clock.h"
 #include "kernels.h"
 #include "kvstore.h"
 #include "monotonic.h"
 #include "msg.h"
+#include "profile.h"
 #include "shim.h"
 #include "snapshot.h"
 #include "window.h"
@@ -36,6 +38,10 @@ struct pool {
 	atomic_int live;
 	uint64_t sums;          /* the device's view of nchunks hashes; 0 until */
 	int fresh;              /* the first boundary, which writes them all */
+	uint64_t dirty;         /* the device's view of its dirty bitmap; 0 until
+				   the first mark */
+	int hashed;             /* written where no mark sees it: every chunk
+				   is hashed, for good */
 };
 
 static struct {
@@ -54,7 +60,9 @@ static struct {
 	pthread_mutex_t list;       /* pools, npools and cap, as they grow */
 	struct pool *pools;
 	unsigned npools, cap;
-	uint64_t enqueued, skipped, ns, gpu_ns, gpu_timed, read_bytes;
+	uint64_t enqueued, skipped, ns, gpu_ns, gpu_timed, read_bytes, first_read_bytes;
+	int read_pending;           /* the last snapshot's read count is not in
+				       read_bytes yet */
 } sn = { .list = PTHREAD_MUTEX_INITIALIZER };
 
 static uint64_t nchunks(const struct pool *p)
@@ -63,7 +71,7 @@ static uint64_t nchunks(const struct pool *p)
 }
 
 int snap_add_pool(uint64_t alloc_id, uint64_t base, uint64_t size, uint64_t chunk,
-		  uint32_t pool_no)
+		  uint32_t pool_no, int hashed)
 {
 	unsigned cap = sn.cap ? 2 * sn.cap : 16;
 	struct pool *p;
@@ -81,7 +89,8 @@ int snap_add_pool(uint64_t alloc_id, uint64_t base, uint64_t size, uint64_t chun
 	if (!ret)
 		sn.pools[sn.npools++] = (struct pool){ .alloc_id = alloc_id, .base = base,
 						       .size = size, .chunk = chunk,
-						       .pool_no = pool_no, .live = 1 };
+						       .pool_no = pool_no, .live = 1,
+						       .hashed = hashed };
 	pthread_mutex_unlock(&sn.list);
 	return ret;
 }
@@ -136,8 +145,11 @@ void snap_forget(void)
 
 void snap_counts(struct snap_counts *c)
 {
+	uint64_t last = sn.read_pending && snap_staged() ? sn.stage->read : 0;
+
 	*c = (struct snap_counts){ sn.enqueued, sn.skipped, sn.ns, sn.gpu_ns, sn.gpu_timed,
-				   sn.read_bytes, sn.stage ? sn.stage_len : 0 };
+				   sn.read_bytes + last, sn.first_read_bytes,
+				   sn.stage ? sn.stage_len : 0 };
 }
 
 /* The last boundary's device time, from its side stream's start to done,
@@ -178,8 +190,8 @@ static uint64_t chunk_state(uint64_t len)
 		return 0;
 	if (!warned++)
 		msg_log(WAL_LOG_WARN, "capture: no device memory for the KV snapshot's chunk "
-			"sums (%llu bytes); pinned host memory instead, read over the bus by every "
-			"snapshot", (unsigned long long)len);
+			"state (sums, dirty bits: %llu bytes); pinned host memory instead, read over "
+			"the bus by every snapshot", (unsigned long long)len);
 	return dev;
 }
 
@@ -281,6 +293,59 @@ static int size_stage(char *why, size_t whylen)
 	return 0;
 }
 
+/* The live pool holding device address addr, or NULL. */
+static struct pool *pool_at(uint64_t addr)
+{
+	for (unsigned i = 0; i < sn.npools; i++) {
+		struct pool *p = &sn.pools[i];
+
+		if (addr - p->base < p->size && atomic_load(&p->live))
+			return p;
+	}
+	return NULL;
+}
+
+/* A pool's dirty bitmap at its first mark: 0, or -1 when there is no
+ * memory for it (the pool is then hashed).  Its bits need no setup
+ * (kvsnap.h): the first mark comes with the pool's first hit, before any
+ * boundary read its chunks, so that boundary's snapshot is the pool's
+ * fresh one, which writes every bit. */
+static int prepare_dirty(struct pool *p)
+{
+	uint64_t words = (nchunks(p) + 31) / 32;
+
+	if (!p->dirty && !(p->dirty = chunk_state(words * sizeof(uint32_t))))
+		return -1;
+	return 0;
+}
+
+unsigned snap_mark(const struct rule_hit *h, struct kv_mark_args *m)
+{
+	unsigned i;
+
+	memset(m, 0, sizeof *m);
+	for (i = 0; i < h->npool && i < KVMARK_MAX_POOLS; i++) {
+		struct pool *p = pool_at(h->pool[i]);
+
+		if (!p || p->hashed)
+			continue;
+		if (h->stride < 1 || prepare_dirty(p) < 0) {
+			p->hashed = 1;
+			continue;
+		}
+		m->pool[m->npool++] = (struct kv_mark_pool){
+			.dirty = (uint32_t *)(uintptr_t)p->dirty, .bytes = p->size,
+			.off = h->pool[i] - p->base, .stride = (uint64_t)h->stride,
+			.chunk_shift = (uint32_t)__builtin_ctzll(p->chunk),
+		};
+	}
+	m->slots = (const void *)(uintptr_t)h->ptr;
+	m->count = (uint64_t)h->count;
+	m->block = (uint64_t)h->block;
+	m->dtype = (uint32_t)h->dtype;
+	return m->npool;
+}
+
 /* sums[] of a pool at its first boundary, to be written by a fresh
  * snapshot. */
 static int prepare_pool(struct pool *p, char *why, size_t whylen)
@@ -303,6 +368,11 @@ static int enqueue(const struct cap_append_args *mark, void *const *lanes, unsig
 	uint32_t force;
 	unsigned i;
 
+	/* The last snapshot's header came back before its window committed,
+	 * which it has (not busy), and before size_stage may free it. */
+	if (sn.read_pending)
+		sn.read_bytes += sn.stage->read;
+	sn.read_pending = 0;
 	if (open_streams(why, whylen) || size_stage(why, whylen))
 		return -1;
 	read_timing();
@@ -339,15 +409,16 @@ static int enqueue(const struct cap_append_args *mark, void *const *lanes, unsig
 		if (prepare_pool(p, why, whylen))
 			return -1;
 		a.sums = (uint64_t *)(uintptr_t)p->sums;
+		a.dirty = p->hashed ? NULL : (uint32_t *)(uintptr_t)p->dirty;
 		a.flags = force | (p->fresh ? KVSNAP_FRESH : 0);
 		if (p->fresh) {
+			sn.first_read_bytes += p->size;
 			a.zero_whole = kv_zero_hash(p->chunk);
 			a.zero_last = kv_zero_hash(p->size - (nchunks(p) - 1) * p->chunk);
 		}
 		if (check(kernels_snapshot(sn.side, &a), "launching the KV snapshot", why, whylen))
 			return -1;
 		p->fresh = 0;
-		sn.read_bytes += p->size;	/* every chunk is hashed */
 	}
 	if ((sn.ctl_dev && check(shim_dev_copy_to_host(sn.stage, sn.ctl_dev, sizeof *sn.stage,
 						       sn.side), "copying the staging header back",
@@ -359,6 +430,7 @@ static int enqueue(const struct cap_append_args *mark, void *const *lanes, unsig
 		return -1;
 	atomic_store_explicit(&sn.armed, 1, memory_order_release);
 	sn.timed = 1;
+	sn.read_pending = 1;
 	for (i = 0; i < n; i++)
 		if (check(shim_dev_wait(lanes[i], sn.done), "waiting for the snapshot", why, whylen))
 			return -1;

@@ -23,6 +23,12 @@
  * that finds the staging area still busy is skipped: the open window grows
  * by another MOEFT_WINDOW steps.
  *
+ * Which chunks a snapshot reads: each pool has a dirty bitmap that the
+ * mark after every hit of a KV rule with stride= sets (snap_mark,
+ * kvsnap.h), and a snapshot reads only the marked chunks; a pool that
+ * something else writes (a rule without stride=, MOEFT_KV,
+ * MOEFT_KV_TRACK=hash) is read whole at every boundary.
+ *
  * Callers serialise every call here (capture_lock).
  */
 #ifndef MOEFT_SNAPSHOT_H
@@ -38,9 +44,23 @@
 #define SNAP_STAGE_MIN (UINT64_C(1) << 20)
 
 /* A KV pool to snapshot: the allocation [base, base + size), in chunks of
- * chunk bytes, numbered pool_no in the KV store.  0, or WAL_ENOMEM. */
+ * chunk bytes, numbered pool_no in the KV store; hashed: every snapshot
+ * reads all of it (MOEFT_KV's pools, MOEFT_KV_TRACK=hash).  0, or
+ * WAL_ENOMEM. */
 int snap_add_pool(uint64_t alloc_id, uint64_t base, uint64_t size, uint64_t chunk,
-		  uint32_t pool_no);
+		  uint32_t pool_no, int hashed);
+/*
+ * A KV rule hit h: fill *m, the mark of the blocks its slots name, for
+ * the pools it writes that are read by their marks, and return how many
+ * those are (0: no mark to enqueue).  A pool that h writes without a
+ * stride (or whose bitmap finds no memory) is hashed whole from now on:
+ * a write no mark sees must not be missed.  Under the caller's lock, the
+ * hit's pools added first (pools.h); m then goes to kernels_mark on the
+ * hit's stream, after its launch.
+ */
+struct rule_hit;
+unsigned snap_mark(const struct rule_hit *h, struct kv_mark_args *m);
+
 /* The allocation is about to be freed: never read it again. */
 void snap_drop_pool(uint64_t alloc_id);
 /* Whether alloc_id is a pool already. */
@@ -90,6 +110,8 @@ void snap_restage(void);
 struct snap_counts {
 	uint64_t enqueued, skipped, ns, gpu_ns, gpu_timed;
 	uint64_t read_bytes;    /* pool bytes the enqueued snapshots read */
+	uint64_t first_read_bytes; /* of which each pool's first snapshot
+				      read, the pool whole */
 	uint64_t pinned_bytes;  /* the staging area's */
 };
 void snap_counts(struct snap_counts *c);

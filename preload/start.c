@@ -231,7 +231,7 @@ int preload_start(void)
 	allocs_log_to(pl.wal);
 	kernels_init(pl.cfg.kernel_image);
 	open_kv_store();
-	pools_init(pl.kvs, pl.cfg.kv, pl.cfg.kv_count);
+	pools_init(pl.kvs, pl.cfg.kv, pl.cfg.kv_count, pl.cfg.kv_hash);
 	cs = (struct capture_setup){ .wal = pl.wal, .kvs = pl.kvs, .window = pl.cfg.window,
 				     .commit_async = pl.cfg.commit_async };
 	capture_init(&cs);
@@ -301,7 +301,8 @@ static void summary(void)
 		"launches=%llu graph_launches=%llu captures=%llu/%llu kernels=%u named=%u "
 		"matched=%u rule_hits=%llu%s captured=%llu gaps=%llu steps=%lld "
 		"decode_windows=%llu routing=%llu unplaced=%llu kv_chunks=%llu kv_bytes=%llu "
-		"kv_read_bytes=%llu kv_pinned_bytes=%llu boundaries=%llu skipped=%llu window_failures=%llu commit_ms=%.1f "
+		"kv_read_bytes=%llu kv_first_read_bytes=%llu kv_pinned_bytes=%llu boundaries=%llu "
+		"skipped=%llu window_failures=%llu commit_ms=%.1f "
 		"commit_max_ms=%.2f sync_wait_ms=%.1f boundary_ms=%.1f snapshot_gpu_ms=%.1f "
 		"snapshots_timed=%llu kv_pools_untracked=%u",
 		as.allocs, as.frees, as.live, as.windows, shim_launches(), ds.graph_launches,
@@ -310,7 +311,7 @@ static void summary(void)
 		(unsigned long long)win.windows, (unsigned long long)win.routing,
 		(unsigned long long)win.unplaced, (unsigned long long)win.kv_chunks,
 		(unsigned long long)win.kv_bytes, (unsigned long long)cs.snap.read_bytes,
-		(unsigned long long)cs.snap.pinned_bytes, (unsigned long long)cs.snap.enqueued,
+		(unsigned long long)cs.snap.first_read_bytes, (unsigned long long)cs.snap.pinned_bytes, (unsigned long long)cs.snap.enqueued,
 		(unsigned long long)cs.snap.skipped, (unsigned long long)win.failures,
 		(double)win.commit_ns / 1e6, (double)win.commit_max_ns / 1e6,
 		(double)cs.sync_ns / 1e6, (double)cs.snap.ns / 1e6, (double)cs.snap.gpu_ns / 1e6,

@@ -744,7 +744,7 @@ const struct cli_command cmd_bench = {
 	"--fixture, --serve (--kv-pool-mib), --preload: as for launch.\n"
 	"\n"
 	"  -m, --pool-mib N   the KV pool, 8 to 16384 MiB (default 1024)\n"
-	"  -n, --windows N    decode windows, 1 to 4096 (default 8)\n"
+	"  -n, --windows N    decode windows, 2 to 4096 (default 8)\n"
 	"  -w, --window W     steps per window, MOEFT_WINDOW (default 16)\n"
 	"  -j, --json         print one JSON object instead of a table\n"
 	"\n"

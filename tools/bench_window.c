@@ -11,8 +11,12 @@
  *
  *   written_bytes   KV bytes the program wrote: its tokens x layers x K
  *                   and V x hidden x 4 bytes, over its steps, x the window
- *   read_bytes      pool bytes the window's snapshot read (kv_read_bytes
- *                   per boundary); read_per_written against written
+ *   read_bytes      pool bytes a window's snapshot read, past the first
+ *                   window: (kv_read_bytes - kv_first_read_bytes) per
+ *                   boundary after the first; read_per_written against
+ *                   written
+ *   first_read_bytes  what the first snapshot read: the pool, whole, once
+ *                   (kv_first_read_bytes; snapshot.h)
  *   staged_bytes    bytes the snapshot staged for the KV store (kv_bytes
  *                   per decode window): changed chunks, whole
  *   pinned_bytes    the pinned staging area; pinned_per_written
@@ -44,7 +48,7 @@
 struct figures {
 	uint64_t pool_mib, windows, window, steps;
 	uint64_t pool_bytes, tokens, decode_windows, boundaries, skipped, overflows;
-	uint64_t read_bytes, staged_bytes, pinned_bytes;
+	uint64_t read_bytes, first_read_bytes, staged_bytes, pinned_bytes;
 	double written_per_window;	/* bytes */
 	double wall_s[2];		/* without, with the preload */
 };
@@ -70,10 +74,11 @@ static int field(const char *text, const char *key, uint64_t *v)
 static int read_summary(struct fxrun *c, struct figures *f)
 {
 	static const char *const keys[] = { "decode_windows", "boundaries", "skipped", "gaps",
-					     "kv_bytes", "kv_read_bytes", "kv_pinned_bytes" };
+					     "kv_bytes", "kv_read_bytes", "kv_first_read_bytes",
+					     "kv_pinned_bytes" };
 	uint64_t *const into[] = { &f->decode_windows, &f->boundaries, &f->skipped,
 				   &f->overflows, &f->staged_bytes, &f->read_bytes,
-				   &f->pinned_bytes };
+				   &f->first_read_bytes, &f->pinned_bytes };
 	char buf[16384], *line;
 	FILE *fp = fopen(c->err, "r");
 	size_t n = fp ? fread(buf, 1, sizeof buf - 1, fp) : 0;
@@ -92,9 +97,9 @@ static int read_summary(struct fxrun *c, struct figures *f)
 				 keys[i], line);
 			return -1;
 		}
-	if (!f->decode_windows || !f->boundaries) {
-		snprintf(c->msg, sizeof c->msg, "the preloaded run committed no decode window: "
-			 "'%.300s'", line);
+	if (!f->decode_windows || f->boundaries < 2 || f->first_read_bytes > f->read_bytes) {
+		snprintf(c->msg, sizeof c->msg, "the preloaded run committed fewer than two decode "
+			 "windows: '%.300s'", line);
 		return -1;
 	}
 	return 0;
@@ -134,9 +139,15 @@ static double per(double a, double b)
 	return b > 0 ? a / b : NAN;
 }
 
+/* Pool bytes a snapshot read per window after the first. */
+static double read_per_window(const struct figures *f)
+{
+	return per((double)(f->read_bytes - f->first_read_bytes), (double)(f->boundaries - 1));
+}
+
 static void print_text(const struct fxrun *c, const struct figures *f, const char *cpu)
 {
-	double read = per((double)f->read_bytes, (double)f->boundaries);
+	double read = read_per_window(f);
 	double staged = per((double)f->staged_bytes, (double)f->decode_windows);
 
 	printf("moeft bench window: %s\n", c->preload);
@@ -155,14 +166,16 @@ static void print_text(const struct fxrun *c, const struct figures *f, const cha
 	       per(staged, f->written_per_window));
 	printf("  pinned staging         %10" PRIu64 "   %10.1f   (goal <= 4)\n", f->pinned_bytes,
 	       per((double)f->pinned_bytes, f->written_per_window));
-	printf("  ring overflows         %10" PRIu64 "                (goal 0)\n\n", f->overflows);
+	printf("  ring overflows         %10" PRIu64 "                (goal 0)\n", f->overflows);
+	printf("read once, by the first window's snapshot (the pool whole): %" PRIu64 " bytes\n\n",
+	       f->first_read_bytes);
 	printf("wall time: %.3f s without the preload, %.3f s with it: %.3fx\n", f->wall_s[0],
 	       f->wall_s[1], per(f->wall_s[1], f->wall_s[0]));
 }
 
 static void print_json(const struct fxrun *c, const struct figures *f, const char *cpu)
 {
-	double read = per((double)f->read_bytes, (double)f->boundaries);
+	double read = read_per_window(f);
 	double staged = per((double)f->staged_bytes, (double)f->decode_windows);
 	struct json j;
 
@@ -182,6 +195,7 @@ static void print_json(const struct fxrun *c, const struct figures *f, const cha
 	json_kv_double(&j, "written_bytes", f->written_per_window);
 	json_kv_double(&j, "read_bytes", read);
 	json_kv_double(&j, "read_per_written", per(read, f->written_per_window));
+	json_kv_u64(&j, "first_read_bytes", f->first_read_bytes);
 	json_kv_double(&j, "staged_bytes", staged);
 	json_kv_double(&j, "staged_per_written", per(staged, f->written_per_window));
 	json_kv_u64(&j, "pinned_bytes", f->pinned_bytes);
@@ -220,7 +234,7 @@ int bench_window(const struct cli_command *cmd, int argc, char **argv)
 			continue;
 		switch (ch) {
 		case 'm': cli_parse_u64(&o, "--pool-mib", optarg, 8, 16384, &f.pool_mib); break;
-		case 'n': cli_parse_u64(&o, "--windows", optarg, 1, 4096, &f.windows); break;
+		case 'n': cli_parse_u64(&o, "--windows", optarg, 2, 4096, &f.windows); break;
 		case 'w': cli_parse_u64(&o, "--window", optarg, 1, 65536, &f.window); break;
 		case 'j': o.json = 1; break;
 		case 'h':

@@ -22,6 +22,7 @@ checks = [
     ("pool_bytes", r["pool_bytes"] >= pool_mib << 20),
     ("written_bytes", 0 < r["written_bytes"] < r["pool_bytes"] / 100),
     ("read_bytes", r["written_bytes"] <= r["read_bytes"] <= r["pool_bytes"]),
+    ("first_read_bytes", r["first_read_bytes"] == r["pool_bytes"]),
     ("read_per_written", abs(r["read_per_written"] * r["written_bytes"] - r["read_bytes"])
      <= 1e-6 * r["read_bytes"]),
     ("staged_bytes", r["staged_bytes"] >= r["written_bytes"]),

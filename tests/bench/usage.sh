@@ -56,7 +56,7 @@ all="--fixture $fixture --serve $serve"
 	expect "--serve PROG is required (the serving program)" --preload "$lib" \
 		--fixture "$fixture"
 	expect "--pool-mib: 4 is out of range (8 to 16384)" --preload "$lib" $all --pool-mib 4
-	expect "--windows: 0 is out of range (1 to 4096)" --preload "$lib" $all --windows 0
+	expect "--windows: 1 is out of range (2 to 4096)" --preload "$lib" $all --windows 1
 	expect "--windows x --window: 1064960 steps, the serving program takes at most 1000000" \
 		--preload "$lib" $all --windows 4095 --window 260
 	expect "unexpected argument 'extra'" --preload "$lib" $all extra

@@ -169,10 +169,41 @@ FIXTURE_DRIVER_ALLOC_FAIL=1 MOEFT_WAL="$dir/nodev.wal" LD_PRELOAD="$lib" \
 	"$serve" $args --truth="$dir/nodev.truth" >"$dir/nodev" 2>"$dir/nodev.err" ||
 	fail "no device memory: run failed"
 cmp -s "$dir/plain-nodev" "$dir/nodev" || fail "no device memory: output differs"
-[ "$(grep -c "no device memory for the KV snapshot's chunk sums" "$dir/nodev.err")" = 1 ] ||
+[ "$(grep -c "no device memory for the KV snapshot's chunk state" "$dir/nodev.err")" = 1 ] ||
 	fail "no device memory: want one warning, got: $(cat "$dir/nodev.err")"
 "$checker" "$dir/nodev.truth" "$dir/nodev.wal" eager 16 ||
 	fail "no device memory: the windows differ from the truth"
+# KV blocks found by their slots (the default: the rule has stride=) and
+# by hashing every chunk (MOEFT_KV_TRACK=hash): the same chunks staged, and
+# every window the truth.  Hashing reads the whole pool every window; the
+# slots read it whole once, at the first window, and after that only the
+# marked blocks: here a block is a chunk and every block written changes,
+# so after the first window they read exactly the chunks staged, no more
+# than all windows staged.
+args="--kv-layout=one --kv-pool-mib=64 --steps=80"
+"$serve" $args >"$dir/plain-track"
+for track in slots hash; do
+	MOEFT_KV_TRACK=$track MOEFT_WAL="$dir/$track.wal" MOEFT_LOG=info LD_PRELOAD="$lib" \
+		"$serve" $args --truth="$dir/$track.truth" >"$dir/$track" 2>"$dir/$track.err" ||
+		fail "$track: run failed"
+	cmp -s "$dir/plain-track" "$dir/$track" || fail "$track: output differs"
+	"$checker" "$dir/$track.truth" "$dir/$track.wal" eager 16 ||
+		fail "$track: the windows differ from the truth"
+done
+for key in decode_windows boundaries kv_chunks kv_bytes kv_first_read_bytes; do
+	[ "$(summary "$dir/slots.err" $key)" = "$(summary "$dir/hash.err" $key)" ] ||
+		fail "slots and hash differ in $key: $(grep summary "$dir/slots.err" "$dir/hash.err")"
+done
+pool=$(summary "$dir/hash.err" kv_first_read_bytes)
+n=$(summary "$dir/hash.err" boundaries)
+staged=$(summary "$dir/slots.err" kv_bytes)
+after=$(($(summary "$dir/slots.err" kv_read_bytes) - pool))
+[ "$pool" -ge $((64 << 20)) ] && [ "$n" -ge 4 ] ||
+	fail "track: a pool of $pool bytes, $n boundaries"
+[ "$(summary "$dir/hash.err" kv_read_bytes)" = $((n * pool)) ] ||
+	fail "hash: read $(summary "$dir/hash.err" kv_read_bytes) bytes, want $n x $pool"
+[ "$after" -gt 0 ] && [ "$after" -le "$staged" ] ||
+	fail "slots: read $after bytes after the first window, with $staged staged"
 # Routing only (a profile without KV rules): steps come from the routing
 # launches' ids pointers; windows commit with no KV chunks.
 grep '4vllm3moe10topkGatingI' "$(dirname "$0")/../../preload/profiles_builtin.c" >/dev/null ||

@@ -19,6 +19,11 @@
  *    chunks win differs; what must hold: every staged
  *    chunk's bytes and hash are the pool's, exactly the staged chunks'
  *    sums changed, and staged plus overflowed is the changed count.
+ *  - moeft_kv_mark, then a sparse moeft_kv_snapshot: random slot lists
+ *    (padding among them) mark two pools' dirty bitmaps, which must equal
+ *    the reference's bit for bit; a snapshot given the bitmap, with every
+ *    chunk's sum changed, stages exactly the marked chunks, reads their
+ *    bytes only, and clears the bitmap, as the reference does.
  *  - moeft_capture_append: a sequence of appends of random shapes and
  *    element types (int32, uint32 and int64 ids, out-of-range ones among
  *    them; no gating weights, or float32, bfloat16 or float16 ones of
@@ -50,7 +55,7 @@
 
 #include "fixture.h"
 static const char image[] =
-	FIXTURE_MODULE_IMAGE("moeft_capture_append\0" "moeft_kv_snapshot\0");
+	FIXTURE_MODULE_IMAGE("moeft_capture_append\0" "moeft_kv_snapshot\0" "moeft_kv_mark\0");
 #else
 extern const unsigned char moeft_capture_fatbin[];
 static const unsigned char *const image = moeft_capture_fatbin;
@@ -61,7 +66,7 @@ static const unsigned char *const image = moeft_capture_fatbin;
 
 static unsigned passed, failed;
 static uint64_t rng;
-static CUfunction snapshot_fn, append_fn;
+static CUfunction snapshot_fn, append_fn, mark_fn;
 
 static void check(int ok, const char *what)
 {
@@ -314,6 +319,111 @@ static void snapshot_case(uint64_t bytes, uint64_t chunk, int roomy, uint32_t fl
 	free(st_ref);
 }
 
+/*
+ * Marks, then a sparse snapshot.  Pool 0 has blocks of 6000 bytes from
+ * byte 100 (a block spans two or three chunks, the last cut at the end),
+ * pool 1 blocks of one chunk; 16 slots a block, 300 random slots with
+ * padding among them.  Every sum is random (every chunk changed), so the
+ * snapshot stages exactly the marked chunks of the pool it reads.
+ */
+static void mark_case(void)
+{
+	enum { SLOTS = 300, CHUNK = 4096, NCHUNKS = 151, WORDS = (NCHUNKS + 31) / 32 };
+	const uint64_t bytes = (uint64_t)(NCHUNKS - 1) * CHUNK + 700;
+	int64_t slots[SLOTS];
+	uint32_t bits_dev[2][WORDS], bits_ref[2][WORDS], after_dev[WORDS];
+	uint64_t sums[NCHUNKS], n_dev, n_ref, marked = 0, marked_bytes = 0, c;
+	size_t stage_len = sizeof(struct kv_stage) + (NCHUNKS + 64) * 32 + NCHUNKS * 4160 + 64;
+	unsigned char *pool = xmalloc(bytes);
+	struct kv_stage_entry *e_dev = xmalloc((NCHUNKS + 64) * sizeof *e_dev),
+			      *e_ref = xmalloc((NCHUNKS + 64) * sizeof *e_ref);
+	struct kv_stage *st_ref = xmalloc(stage_len), *st_dev;
+	CUdeviceptr slots_dev, dirty_dev[2], pool_dev, sums_dev, stage_dev;
+	struct kv_mark_args m;
+	struct kv_snap_args a;
+	int i, same;
+
+	for (i = 0; i < SLOTS; i++)
+		slots[i] = next() % 5 == 0 ? -1 : (int64_t)(next() % (40 * 16));
+	fill(pool, bytes);
+	fill(sums, sizeof sums);
+	memset(bits_ref, 0, sizeof bits_ref);
+	CU(cuMemAlloc(&slots_dev, sizeof slots));
+	CU(cuMemcpyHtoD(slots_dev, slots, sizeof slots));
+	for (i = 0; i < 2; i++) {
+		CU(cuMemAlloc(&dirty_dev[i], sizeof bits_ref[i]));
+		CU(cuMemcpyHtoD(dirty_dev[i], bits_ref[i], sizeof bits_ref[i]));
+	}
+	memset(&m, 0, sizeof m);
+	m.slots = (const void *)(uintptr_t)slots_dev;
+	m.count = SLOTS;
+	m.block = 16;
+	m.dtype = CAP_DT_I64;
+	m.npool = 2;
+	m.pool[0] = (struct kv_mark_pool){ (uint32_t *)(uintptr_t)dirty_dev[0], bytes, 100, 6000,
+					   12, 0 };
+	m.pool[1] = (struct kv_mark_pool){ (uint32_t *)(uintptr_t)dirty_dev[1], bytes, 0, CHUNK,
+					   12, 0 };
+	launch(mark_fn, 2, 128, &m);
+	for (i = 0; i < 2; i++)
+		CU(cuMemcpyDtoH(bits_dev[i], dirty_dev[i], sizeof bits_dev[i]));
+	m.slots = slots;
+	m.pool[0].dirty = bits_ref[0];
+	m.pool[1].dirty = bits_ref[1];
+	kv_mark_ref(&m);
+	check(memcmp(bits_dev, bits_ref, sizeof bits_ref) == 0,
+	      "mark: the device's dirty bits differ from the reference's");
+
+	for (c = 0; c < NCHUNKS; c++)
+		if (bits_ref[0][c / 32] >> (c % 32) & 1) {
+			marked++;
+			marked_bytes += c + 1 < NCHUNKS ? CHUNK : bytes - c * CHUNK;
+		}
+	CU(cuMemAlloc(&pool_dev, bytes));
+	CU(cuMemcpyHtoD(pool_dev, pool, bytes));
+	CU(cuMemAlloc(&sums_dev, sizeof sums));
+	CU(cuMemcpyHtoD(sums_dev, sums, sizeof sums));
+	st_dev = mapped(stage_len, &stage_dev);
+	if (kv_stage_init(st_dev, stage_len, CHUNK) < 0 || kv_stage_init(st_ref, stage_len, CHUNK) < 0) {
+		fprintf(stderr, "test_kernels_gpu: kv_stage_init refused %zu bytes\n", stage_len);
+		exit(2);
+	}
+	a = (struct kv_snap_args){ .pool = (const void *)(uintptr_t)pool_dev, .bytes = bytes,
+				   .chunk_bytes = CHUNK, .sums = (uint64_t *)(uintptr_t)sums_dev,
+				   .dirty = (uint32_t *)(uintptr_t)dirty_dev[0],
+				   .stage = (struct kv_stage *)(uintptr_t)stage_dev,
+				   .ctl = (struct kv_stage *)(uintptr_t)stage_dev, .pool_no = 5 };
+	launch(snapshot_fn, 64, KVSNAP_THREADS, &a);
+	CU(cuMemcpyDtoH(after_dev, dirty_dev[0], sizeof after_dev));
+	a.pool = pool;
+	a.sums = sums;
+	a.dirty = bits_ref[0];
+	a.stage = a.ctl = st_ref;
+	kv_snapshot_ref(&a);
+	n_dev = sorted_entries(st_dev, e_dev);
+	n_ref = sorted_entries(st_ref, e_ref);
+	same = n_dev == marked && n_ref == marked && st_dev->read == marked_bytes &&
+	       st_ref->read == marked_bytes && st_dev->overflow == 0;
+	for (c = 0; same && c < n_dev; c++)
+		same = e_dev[c].chunk == e_ref[c].chunk && e_dev[c].hash == e_ref[c].hash &&
+		       memcmp(data(st_dev) + e_dev[c].data, pool + e_dev[c].chunk * CHUNK,
+			      e_dev[c].bytes) == 0;
+	check(same, "sparse snapshot: the device did not stage exactly the marked chunks");
+	for (c = 0; c < WORDS; c++)
+		same &= after_dev[c] == 0 && bits_ref[0][c] == 0;
+	check(same, "sparse snapshot: dirty bits left set");
+	for (i = 0; i < 2; i++)
+		CU(cuMemFree(dirty_dev[i]));
+	CU(cuMemFree(slots_dev));
+	CU(cuMemFree(pool_dev));
+	CU(cuMemFree(sums_dev));
+	CU(cuMemFreeHost(st_dev));
+	free(pool);
+	free(e_dev);
+	free(e_ref);
+	free(st_ref);
+}
+
 /* ---- the routing append --------------------------------------------------- */
 
 static void ring_setup(struct cap_ring *r)
@@ -431,6 +541,7 @@ int main(int argc, char **argv)
 	CU(cuModuleLoadData(&mod, image));
 	CU(cuModuleGetFunction(&snapshot_fn, mod, "moeft_kv_snapshot"));
 	CU(cuModuleGetFunction(&append_fn, mod, "moeft_capture_append"));
+	CU(cuModuleGetFunction(&mark_fn, mod, "moeft_kv_mark"));
 	printf("test_kernels_gpu: %s, seed %" PRIu64 "\n", name, seed);
 #ifdef TEST_ON_FIXTURE
 	{
@@ -450,6 +561,7 @@ int main(int argc, char **argv)
 		snapshot_case(200 * 4096, 4096, 0, flags);
 	}
 	snapshot_case((64 << 20) + 4096, 65536, 1, 0);
+	mark_case();
 	append_case(0);
 	append_case(1);
 

@@ -94,8 +94,8 @@ static void test_empty_is_unset(void)
 {
 	static const char *const names[] = {
 		"MOEFT_WAL", "MOEFT_WAL_SIZE", "MOEFT_NUMA_NODE", "MOEFT_WINDOW", "MOEFT_COMMIT",
-		"MOEFT_PROFILE", "MOEFT_KV", "MOEFT_LOG", "MOEFT_DISABLE", "MOEFT_STRICT",
-		"MOEFT_RESTORE_AT", "MOEFT_KERNEL_IMAGE", "MOEFT_FORCE_FRESH",
+		"MOEFT_PROFILE", "MOEFT_KV", "MOEFT_KV_TRACK", "MOEFT_LOG", "MOEFT_DISABLE",
+		"MOEFT_STRICT", "MOEFT_RESTORE_AT", "MOEFT_KERNEL_IMAGE", "MOEFT_FORCE_FRESH",
 	};
 	struct moeft_config c;
 	char err[256];
@@ -112,7 +112,7 @@ static void test_empty_is_unset(void)
 /* ---- each variable, good and bad ------------------------------------------ */
 
 enum field { F_NONE, F_WAL, F_SIZE, F_WINDOW, F_COMMIT, F_PROFILE, F_KV, F_LOG, F_DISABLE,
-	     F_STRICT, F_RESTORE_AT, F_FORCE_FRESH };
+	     F_STRICT, F_RESTORE_AT, F_FORCE_FRESH, F_KV_TRACK };
 
 static const struct vcase {
 	const char *name, *value;
@@ -180,6 +180,11 @@ static const struct vcase {
 	{ "MOEFT_WINDOW", "1e3", -1, F_NONE, 0, "MOEFT_WINDOW='1e3': must be an integer from 1 to 65536" },
 	{ "MOEFT_WINDOW", "18446744073709551617", -1, F_NONE, 0,
 	  "MOEFT_WINDOW='18446744073709551617': must be an integer from 1 to 65536" },
+	/* MOEFT_KV_TRACK */
+	{ "MOEFT_KV_TRACK", "slots", 0, F_KV_TRACK, 0, NULL },
+	{ "MOEFT_KV_TRACK", "hash", 0, F_KV_TRACK, 1, NULL },
+	{ "MOEFT_KV_TRACK", "Hash", -1, F_NONE, 0, "MOEFT_KV_TRACK='Hash': must be slots or hash" },
+	{ "MOEFT_KV_TRACK", "1", -1, F_NONE, 0, "MOEFT_KV_TRACK='1': must be slots or hash" },
 	/* MOEFT_COMMIT */
 	{ "MOEFT_COMMIT", "wait", 0, F_COMMIT, 0, NULL },
 	{ "MOEFT_COMMIT", "async", 0, F_COMMIT, 1, NULL },
@@ -287,6 +292,7 @@ static uint64_t field_value(const struct moeft_config *c, enum field f)
 	case F_DISABLE: return (uint64_t)c->disable;
 	case F_STRICT: return (uint64_t)c->strict;
 	case F_FORCE_FRESH: return (uint64_t)c->force_fresh;
+	case F_KV_TRACK: return (uint64_t)c->kv_hash;
 	default: return 0;
 	}
 }
@@ -577,7 +583,7 @@ static void test_describe(void)
 	CU_ASSERT_EQUAL_FATAL(config_load(&c, env_get, err, sizeof err), 0);
 	config_describe(&c, line, sizeof line);
 	CU_ASSERT_STRING_EQUAL(line, "wal=/dev/dax0.0 size=1028K numa=none window=16 commit=wait restore-at=init profile=auto "
-			       "kv=size=1G,ordinal=0 log=warn strict=off disable=on force-fresh=off");
+			       "kv=size=1G,ordinal=0 kv-track=slots log=warn strict=off disable=on force-fresh=off");
 	c.wal_size = 2 * TiB;
 	c.numa_node = 2;
 	c.kv_count = 0;
@@ -586,9 +592,10 @@ static void test_describe(void)
 	c.disable = 0;
 	c.commit_async = 1;
 	c.restore_at_step = 1;
+	c.kv_hash = 1;
 	config_describe(&c, line, sizeof line);
 	CU_ASSERT_STRING_EQUAL(line, "wal=/dev/dax0.0 size=2T numa=2 window=16 commit=async restore-at=step profile=auto "
-			       "kv=none log=error strict=on disable=off force-fresh=off");
+			       "kv=none kv-track=hash log=error strict=on disable=off force-fresh=off");
 }
 
 static CU_TestInfo default_tests[] = {

@@ -298,7 +298,7 @@ static void test_parse_errors(void)
 		{ "\n\nrouting x ids=p4 rowz=p3 k=p6", "t.rules:3:18: ",
 		  "unknown key 'rowz' for routing (expected ids, rows, k, stride, experts, weights, when)" },
 		{ "kv x slots=p4 count=1 block=1 weights=p2", "t.rules:1:31: ",
-		  "unknown key 'weights' for kv (expected slots, count, block, pool, when)" },
+		  "unknown key 'weights' for kv (expected slots, count, block, stride, pool, when)" },
 		{ "routing x ids=p4 rows=1 k=1 weights=p2:f64", "t.rules:1:40: ",
 		  "unknown dtype ':f64' (expected f32, bf16 or f16)" },
 		{ "routing x ids=p4 rows=1 k=1 weights=p2:i32", "t.rules:1:40: ",
@@ -307,8 +307,10 @@ static void test_parse_errors(void)
 		  "unknown dtype ':f32' (expected i32, u32 or i64)" },
 		{ "routing x ids=p4 rows=1 k=1 weights=p2 weights=p3", "t.rules:1:40: ",
 		  "duplicate key 'weights'" },
-		{ "kv x slots=p4 count=1 block=1 stride=2", "t.rules:1:31: ",
-		  "unknown key 'stride' for kv (expected slots, count, block, pool, when)" },
+		{ "kv x slots=p4 count=1 block=1 stride=2", "t.rules:1:39: ",
+		  "kv rule with stride= but without pool=" },
+		{ "kv x slots=p4 count=1 block=1 stride=2 pool=p1 stride=p3", "t.rules:1:48: ",
+		  "duplicate key 'stride'" },
 		{ "step x ids=p1", "t.rules:1:8: ", "unknown key 'ids' for step (expected when)" },
 		{ "routing x slots=p1 rows=1 k=1", "t.rules:1:11: ", "unknown key 'slots' for routing" },
 		{ "step a\nrouting x ids=p4 rows=p3 k=p6 k=p7", "t.rules:2:31: ", "duplicate key 'k'" },
@@ -448,7 +450,9 @@ static const char *const vllm_want[] = {
 	"routing *4vllm3moe7moeTopKI* ids=p3:i32 weights=p2:f32 rows=grid.x k=p6",
 	"routing *grouped_topk_fused_kernel* ids=p2:i32 weights=p1:f32 rows=p4 k=p8",
 	"routing *grouped_topk_fused_small_expert_count_kernel* ids=p2:i32 weights=p1:f32 rows=p4 k=p7",
-	"kv *30reshape_and_cache_flash_kernelI* slots=p4:i64 count=grid.x block=p12 pool=p2,p3",
+	"kv *30reshape_and_cache_flash_kernelI*hLNS_18Fp8KVCacheDataTypeE* slots=p4:i64 count=grid.x block=p12 stride=p5:i64 pool=p2,p3",
+	"kv *30reshape_and_cache_flash_kernelIff* slots=p4:i64 count=grid.x block=p12 stride=p5:i64*4 pool=p2,p3",
+	"kv *30reshape_and_cache_flash_kernelI* slots=p4:i64 count=grid.x block=p12 stride=p5:i64*2 pool=p2,p3",
 	"kv *24reshape_and_cache_kernelI* slots=p4:i64 count=grid.x block=p9 pool=p2,p3",
 	"kv *27concat_and_cache_mla_kernelI* slots=p3:i64 count=grid.x block=p10 pool=p2",
 	"kv *30concat_and_cache_ds_mla_kernelI* slots=p3:i64 count=grid.x block=p10 pool=p2",
@@ -698,7 +702,7 @@ static void test_load_file(void)
 	CU_ASSERT_STRING_EQUAL(err, "/: not a regular file");
 
 	CU_ASSERT_EQUAL(profile_load("vllm", &p, err, sizeof err), 0);
-	CU_ASSERT_EQUAL(p.count, 24);
+	CU_ASSERT_EQUAL(p.count, 26);
 	profile_free(&p);
 	CU_ASSERT_EQUAL(profile_load("vlm", &p, err, sizeof err), -1);
 	CU_ASSERT_STRING_EQUAL(err, "unknown profile 'vlm' (built-in: auto, vllm, sglang, torch, llamacpp; "
@@ -1258,6 +1262,50 @@ static void test_eval_vllm_flash(void)
 	CU_ASSERT_EQUAL(h.npool, 2);
 	CU_ASSERT_EQUAL(h.pool[0], 0xc000);
 	CU_ASSERT_EQUAL(h.pool[1], 0xd000);
+	CU_ASSERT_EQUAL(h.stride, 1000 * 2);	/* block_stride in 2-byte elements */
+	fake_free(&f);
+	profile_free(&p);
+}
+
+/* The flash rule's block stride in bytes follows the cache type, the
+ * template's second argument (names from tests/engines/vllm-0.33.0.tsv). */
+static void test_eval_vllm_flash_stride(void)
+{
+	static const unsigned grid[3] = { 4, 1, 1 }, block[3] = { 128, 1, 1 };
+	static const struct { const char *name; int64_t bytes; } t[] = {
+		{ "_ZN4vllm30reshape_and_cache_flash_kernelI13__nv_bfloat16S1_LNS_18Fp8KVCacheDataTypeE0EEEvPKT_S5_PT0_S7_PKlllllliiiPKfSB_i", 2 },
+		{ "_ZN4vllm30reshape_and_cache_flash_kernelI13__nv_bfloat16hLNS_18Fp8KVCacheDataTypeE1EEEvPKT_S5_PT0_S7_PKlllllliiiPKfSB_i", 1 },
+		{ "_ZN4vllm30reshape_and_cache_flash_kernelIfhLNS_18Fp8KVCacheDataTypeE2EEEvPKT_S4_PT0_S6_PKlllllliiiPKfSA_i", 1 },
+		{ "_ZN4vllm30reshape_and_cache_flash_kernelIthLNS_18Fp8KVCacheDataTypeE1EEEvPKT_S4_PT0_S6_PKlllllliiiPKfSA_i", 1 },
+		{ "_ZN4vllm30reshape_and_cache_flash_kernelIffLNS_18Fp8KVCacheDataTypeE0EEEvPKT_S4_PT0_S6_PKlllllliiiPKfSA_i", 4 },
+		{ "_ZN4vllm30reshape_and_cache_flash_kernelIttLNS_18Fp8KVCacheDataTypeE0EEEvPKT_S4_PT0_S6_PKlllllliiiPKfSA_i", 2 },
+	};
+	struct profile p = { 0 };
+	struct rule_hit h;
+	struct fake f;
+	char err[256];
+	size_t i;
+	int at, j;
+
+	CU_ASSERT_EQUAL_FATAL(profile_builtin("vllm", &p, err, sizeof err), 0);
+	memset(&f, 0, sizeof f);
+	for (j = 0; j < 5; j++)
+		fake_ptr(&f, 0xa000 + 0x1000 * (uint64_t)j);
+	fake_i64(&f, 8 * 16 * 64);	/* block_stride, in elements */
+	for (j = 0; j < 4; j++)
+		fake_i64(&f, 64);
+	fake_i32(&f, 8);
+	fake_i32(&f, 64);
+	fake_i32(&f, 16);
+	fake_ptr(&f, 0);
+	fake_ptr(&f, 0);
+	fake_i32(&f, 0);
+	for (i = 0; i < sizeof t / sizeof t[0]; i++) {
+		at = profile_match(&p, t[i].name);
+		CU_ASSERT_FATAL(at >= 0);
+		CU_ASSERT_EQUAL(rule_eval(&p.rules[at], f.args, f.sizes, f.n, grid, block, &h), 1);
+		CU_ASSERT_EQUAL(h.stride, 8 * 16 * 64 * t[i].bytes);
+	}
 	fake_free(&f);
 	profile_free(&p);
 }
@@ -1357,6 +1405,7 @@ static CU_TestInfo eval_tests[] = {
 	{ "out-of-range params", test_eval_out_of_range },
 	{ "impossible values and NULL pointers", test_eval_impossible_values },
 	{ "vLLM reshape_and_cache_flash_kernel", test_eval_vllm_flash },
+	{ "vLLM reshape_and_cache_flash_kernel: stride by cache type", test_eval_vllm_flash_stride },
 	{ "rule_fits: positions against parameter tables", test_fits },
 	CU_TEST_INFO_NULL
 };
