@@ -17,6 +17,7 @@
  *   atom_max_release __threadfence; atomicMax       CAS loop, release
  *   atom_fence_sys   __threadfence_system           fence, release
  *   atom_publish     __threadfence_system; store    store, release
+ *   atom_publish32   the same, 32 bits
  *
  * ALGO_FN declares the texts' functions.  Private to kernels/.
  */
@@ -91,6 +92,12 @@ ALGO_FN void atom_publish(uint64_t *p, uint64_t v)
 	*(volatile uint64_t *)p = v;
 }
 
+ALGO_FN void atom_publish32(uint32_t *p, uint32_t v)
+{
+	atom_fence_sys();
+	*(volatile uint32_t *)p = v;
+}
+
 #else
 
 #include <stdatomic.h>
@@ -159,6 +166,11 @@ ALGO_FN void atom_fence_sys(void)
 ALGO_FN void atom_publish(uint64_t *p, uint64_t v)
 {
 	atomic_store_explicit(ATOM_P(p), v, memory_order_release);
+}
+
+ALGO_FN void atom_publish32(uint32_t *p, uint32_t v)
+{
+	atomic_store_explicit((_Atomic uint32_t *)p, v, memory_order_release);
 }
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * capture.cu - device kernels the preload enqueues itself: the routing
- * append and the KV mark after matching launches, the KV snapshot at
- * window boundaries.
+ * append and the KV mark after matching launches, the KV snapshot and its
+ * release of the serving streams at window boundaries.
  *
  * All take their parameters as one struct by value, so a CUDA graph that
  * captured the launch replays it unchanged, and none ever waits on the
@@ -106,6 +106,13 @@ moeft_kv_snapshot(struct kv_snap_args a)
 	 * passed: its fence covers them (atomics_algo.h). */
 	if (threadIdx.x == 0)
 		atom_fence_sys();
+}
+
+/* One thread (kvsnap_algo.h, kvsnap.h). */
+extern "C" __global__ void moeft_kv_release(struct kv_release_args a)
+{
+	if (threadIdx.x == 0 && blockIdx.x == 0)
+		kv_release(&a);
 }
 
 /* Grid-stride over the slots, a thread each (kvsnap_algo.h). */

@@ -183,11 +183,29 @@ struct kv_mark_args {
 	struct kv_mark_pool pool[KVMARK_MAX_POOLS];
 };
 
+/*
+ * Parameters of moeft_kv_release (by value; one thread).  After a
+ * window's snapshots, in their stream: when they staged every changed
+ * chunk (ctl's overflow is 0), it stores gen into *flag, fenced at system
+ * scope after everything the snapshots wrote; else it leaves the flag for
+ * the host, which drains the staging area and has the rest staged first.
+ * The serving streams wait for the flag to reach gen (cuStreamWaitValue32,
+ * a cyclic comparison), so a window that changed more than the staging
+ * area holds holds them back instead of losing chunks.
+ */
+struct kv_release_args {
+	const struct kv_stage *ctl;   /* the snapshots' header (device view) */
+	uint32_t *flag;               /* pinned host memory, the device's view */
+	uint32_t gen;
+	uint32_t pad;                 /* zero */
+};
+
 #ifndef __CUDACC__
-/* Host references of moeft_kv_snapshot (same effect; chunks in any order)
- * and moeft_kv_mark. */
+/* Host references of moeft_kv_snapshot (same effect; chunks in any order),
+ * moeft_kv_mark and moeft_kv_release. */
 void kv_snapshot_ref(const struct kv_snap_args *a);
 void kv_mark_ref(const struct kv_mark_args *a);
+void kv_release_ref(const struct kv_release_args *a);
 
 /* The chunk size of a pool of `bytes` that nothing else sizes (MOEFT_KV
  * block=): 4 KiB, doubled while the pool has more than 2^16 chunks, up to

@@ -258,6 +258,14 @@ ALGO_FN void kv_end(const struct kv_snap_args *a, uint64_t c, uint64_t h,
 	a->sums[c] = h;
 }
 
+/* ---- the release --------------------------------------------------------- */
+
+ALGO_FN void kv_release(const struct kv_release_args *a)
+{
+	if (a->ctl && a->flag && atom_ld_relaxed(&a->ctl->overflow) == 0)
+		atom_publish32(a->flag, a->gen);
+}
+
 /* ---- the mark ---------------------------------------------------------- */
 
 ALGO_FN int kv_mark_ok(const struct kv_mark_args *a)

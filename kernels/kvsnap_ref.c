@@ -1,5 +1,6 @@
 /*
- * kvsnap_ref.c - host references of moeft_kv_snapshot and moeft_kv_mark.
+ * kvsnap_ref.c - host references of moeft_kv_snapshot, moeft_kv_mark and
+ * moeft_kv_release.
  *
  * The same algorithm text as the kernels (kvsnap_algo.h) on C11 atomics;
  * one calling thread plays every block, chunk by chunk.  Threads calling
@@ -47,4 +48,9 @@ void kv_mark_ref(const struct kv_mark_args *a)
 		return;
 	for (i = 0; i < a->count; i++)
 		kv_mark_slot(a, kv_mark_slot_at(a, i));
+}
+
+void kv_release_ref(const struct kv_release_args *a)
+{
+	kv_release(a);
 }

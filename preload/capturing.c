@@ -81,6 +81,7 @@ static void capture_off(const char *why)
 	if (resume_pending())
 		resume_refuse("capture stopped (%s) before the restored KV was copied in", why);
 	atomic_store_explicit(&cap.on, 0, memory_order_relaxed);
+	snap_release();
 	if (msg_first(&cap.said_off))
 		msg_log(WAL_LOG_ERROR, "capture: %s; capture stopped, forwarding goes on", why);
 }
@@ -143,6 +144,7 @@ static void *consumer(void *arg)
 		if ((r = drain()) == 0 && snap_done() && (r = drain()) == 0 &&
 		    atomic_load_explicit(snap_busy(), memory_order_acquire)) {
 			snap_forget();
+			wa_drop_held(cap.wa);
 			if (msg_first(&cap.said_mark))
 				msg_log(WAL_LOG_WARN, "capture: a window's end was lost (capture ring "
 					"full); the next window copies every KV chunk again");
@@ -186,6 +188,7 @@ static void capture_close(void)
 	}
 	atomic_store_explicit(&cap.on, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&cap.drain_lock);
+	snap_release();
 }
 
 static void forked(void)
@@ -218,12 +221,38 @@ static struct cap_append_args ring_append(void)
 					 .prod = (struct cap_prod *)(uintptr_t)cap.prod };
 }
 
+/* The snapshot mark of the window that ends before step (window.h). */
+static struct cap_append_args window_mark(uint64_t step)
+{
+	struct cap_append_args mark = ring_append();
+
+	mark.tag = WA_TAG(WA_RULE_SNAP, 0, 0);
+	mark.step = step;
+	mark.dtype = CAP_DT_I32;
+	return mark;
+}
+
+/* Another pass for the window ending at step (window.h's sink.more). */
+static int more_pass(uint64_t step)
+{
+	struct cap_append_args mark = window_mark(step);
+	char why[160];
+
+	if (!atomic_load_explicit(&cap.on, memory_order_acquire))
+		return -1;
+	if (snap_continue(&mark, why, sizeof why) == 0)
+		return 0;
+	capture_off(why);
+	return -1;
+}
+
 static void capture_open(void)
 {
 	struct wa_sink sink = { .wal = cap.set.wal, .kvs = cap.set.kvs, .log_lock = allocs_lock(),
 				.first_step = resume_active() ? resume_last_step() + 1 : 0,
 				.untracked = pools_untracked, .staged = snap_staged,
-				.restage = snap_restage };
+				.restage = snap_restage, .more = more_pass,
+				.release = snap_release };
 	char why[256];
 	void *host;
 	int r;
@@ -287,15 +316,12 @@ static void boundary(uint64_t step)
 	uint64_t ids[CLK_MAX_LANES];
 	void *lanes[CLK_MAX_LANES];
 	unsigned n = clk_lanes(cap.clock, cap.last_boundary, ids, CLK_MAX_LANES), i;
-	struct cap_append_args mark = ring_append();
+	struct cap_append_args mark = window_mark(step);
 	char why[160];
 	int r;
 
 	for (i = 0; i < n; i++)
 		lanes[i] = (void *)(uintptr_t)ids[i];
-	mark.tag = WA_TAG(WA_RULE_SNAP, 0, 0);
-	mark.step = step;
-	mark.dtype = CAP_DT_I32;
 	r = snap_boundary(&mark, lanes, n, cap.wa, why, sizeof why);
 	if (r < 0)
 		capture_off(why);

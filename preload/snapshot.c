@@ -38,9 +38,10 @@ struct pool {
 	atomic_int live;
 	uint64_t sums;          /* the device's view of nchunks hashes; 0 until */
 	int fresh;              /* the first boundary, which writes them all */
-	uint64_t dirty;         /* the device's view of its dirty bitmap; 0 until
-				   the first mark */
-	int hashed;             /* written where no mark sees it: every chunk
+	/* Set under the caller's lock, read by snap_continue too: */
+	_Atomic uint64_t dirty; /* the device's view of its dirty bitmap; 0
+				   until the first mark */
+	atomic_int hashed;      /* written where no mark sees it: every chunk
 				   is hashed, for good */
 };
 
@@ -61,8 +62,17 @@ static struct {
 	struct pool *pools;
 	unsigned npools, cap;
 	uint64_t enqueued, skipped, ns, gpu_ns, gpu_timed, read_bytes, first_read_bytes;
-	int read_pending;           /* the last snapshot's read count is not in
+	int read_pending;           /* the last pass's read count is not in
 				       read_bytes yet */
+	/* Back-pressure (snapshot.h): */
+	int hold;                   /* 1: the serving streams wait for the flag;
+				       0: for done (no stream memory operations) */
+	_Atomic uint32_t *flag;     /* the release word (pinned, mapped) */
+	uint64_t flag_dev;
+	_Atomic uint32_t gen;       /* the boundary's: what the streams wait for */
+	uint64_t need;              /* most data a window has asked to stage */
+	int need_seen;              /* the open window's need is in it */
+	uint64_t passes;            /* continuation passes, all windows */
 } sn = { .list = PTHREAD_MUTEX_INITIALIZER };
 
 static uint64_t nchunks(const struct pool *p)
@@ -139,6 +149,7 @@ void snap_restage(void)
 
 void snap_forget(void)
 {
+	snap_release();
 	snap_restage();
 	atomic_store_explicit(&sn.busy, 0, memory_order_release);
 }
@@ -148,7 +159,7 @@ void snap_counts(struct snap_counts *c)
 	uint64_t last = sn.read_pending && snap_staged() ? sn.stage->read : 0;
 
 	*c = (struct snap_counts){ sn.enqueued, sn.skipped, sn.ns, sn.gpu_ns, sn.gpu_timed,
-				   sn.read_bytes + last, sn.first_read_bytes,
+				   sn.read_bytes + last, sn.first_read_bytes, sn.passes,
 				   sn.stage ? sn.stage_len : 0 };
 }
 
@@ -195,6 +206,26 @@ static uint64_t chunk_state(uint64_t len)
 	return dev;
 }
 
+/* The release word, and whether streams can wait for it: a wait for 0,
+ * which holds at once, tells.  Without it the serving streams wait for
+ * the snapshot's end, and staging is sized to the pools. */
+static void open_hold(void)
+{
+	void *host;
+	int r = shim_dev_host_alloc(sizeof(uint32_t), &host, &sn.flag_dev);
+
+	if (r == 0) {
+		sn.flag = host;
+		atomic_store(sn.flag, 0);
+		r = shim_dev_wait_value(sn.side, sn.flag_dev, 0);
+	}
+	sn.hold = r == 0;
+	if (!sn.hold)
+		msg_log(WAL_LOG_INFO, "capture: no stream memory operations (CUresult %d): "
+			"staging is sized to the KV pools, and a window that changes more than "
+			"it holds is committed KV-partial", r);
+}
+
 static int open_streams(char *why, size_t whylen)
 {
 	unsigned i;
@@ -212,6 +243,7 @@ static int open_streams(char *why, size_t whylen)
 	/* No copy of the header: the snapshots use the staging area's own. */
 	if (shim_dev_alloc(sizeof(struct kv_stage), &sn.ctl_dev) != 0)
 		sn.ctl_dev = 0;
+	open_hold();
 	return 0;
 }
 
@@ -237,43 +269,67 @@ static int new_stage(uint64_t len, uint64_t min_chunk)
 	return 0;
 }
 
+/* A staging area of at least `data` data bytes with its table for
+ * min_chunk chunks (kv_stage_init's layout). */
+static uint64_t stage_len_for(uint64_t data, uint64_t min_chunk)
+{
+	uint64_t unit = (min_chunk + KVSNAP_ALIGN - 1) & ~(uint64_t)(KVSNAP_ALIGN - 1);
+	uint64_t entries = data / unit + 2 * 64 + 1;
+
+	return sizeof(struct kv_stage) + 2 * entries * sizeof(struct kv_stage_entry) + data +
+	       2 * KVSNAP_ALIGN;
+}
+
 /*
- * Staging for all of the live pools' bytes, their table and alignment (at
- * least SNAP_STAGE_MIN), so that no window is ever short of room: made or
- * grown while not busy (the caller checked).  When the driver has no pinned
- * memory that large, halves of it down to SNAP_STAGE_MIN, and one warning:
- * a window that changes more than that is committed KV-partial, which a
- * restore refuses.  A size refused once is not asked for again.
+ * The staging area, made or grown while not busy (the caller checked).
+ * With back-pressure, the most any window has asked to stage and two of
+ * the largest chunks more (so every pass makes progress), at least
+ * SNAP_STAGE_MIN: a window that changes more takes several passes while
+ * the serving streams wait, and the next is given room.  Without it, room
+ * for all of the live pools' bytes, so that no window is ever short.
+ * Never more than the pools need, never shrunk.  When the driver has no
+ * pinned memory that large, halves of it down to SNAP_STAGE_MIN, and one
+ * warning.  A size refused once is not asked for again.
  */
 static int size_stage(char *why, size_t whylen)
 {
 	static int warned;
-	uint64_t want = sizeof(struct kv_stage), min_chunk = 0, len;
+	uint64_t all = sizeof(struct kv_stage), min_chunk = 0, max_chunk = 0, want, len;
 	unsigned i, live = 0;
 
 	for (i = 0; i < sn.npools; i++)
 		if (atomic_load(&sn.pools[i].live)) {
 			const struct pool *p = &sn.pools[i];
 
-			want += p->size + nchunks(p) * (KVSNAP_ALIGN + sizeof(struct kv_stage_entry));
+			all += p->size + nchunks(p) * (KVSNAP_ALIGN + sizeof(struct kv_stage_entry));
 			if (!min_chunk || p->chunk < min_chunk)
 				min_chunk = p->chunk;
+			if (p->chunk > max_chunk)
+				max_chunk = p->chunk;
 			live++;
 		}
 	/* kv_stage_init's table has an entry per min_chunk bytes and 64 to
 	 * spare, for the pools' short last chunks; past 64 pools, a min_chunk
 	 * more for each gives it its entry. */
-	want += 64 * sizeof(struct kv_stage_entry) + KVSNAP_ALIGN;
+	all += 64 * sizeof(struct kv_stage_entry) + KVSNAP_ALIGN;
 	if (live > 64)
-		want += (uint64_t)(live - 64) * min_chunk;
+		all += (uint64_t)(live - 64) * min_chunk;
 	if (!min_chunk)
 		min_chunk = KVSNAP_MIN_CHUNK;	/* no pool yet: any table will do */
+	want = all;
+	if (sn.hold) {
+		uint64_t data = sn.need + 2 * max_chunk;
+
+		if (stage_len_for(data, min_chunk) < want)
+			want = stage_len_for(data, min_chunk);
+	}
 	if (want < SNAP_STAGE_MIN)
 		want = SNAP_STAGE_MIN;
 	if ((sn.stage && sn.stage_len >= want) || want == sn.refused)
 		return 0;
 	for (len = want; new_stage(len, min_chunk) < 0; len /= 2)
-		if (len / 2 < SNAP_STAGE_MIN || len / 2 <= sn.stage_len) {
+		if (len / 2 < SNAP_STAGE_MIN || len / 2 <= sn.stage_len ||
+		    (sn.hold && len / 2 < stage_len_for(2 * max_chunk, min_chunk))) {
 			if (sn.stage) {
 				len = sn.stage_len;	/* keep the smaller one */
 				break;
@@ -285,9 +341,13 @@ static int size_stage(char *why, size_t whylen)
 	if (len < want) {
 		sn.refused = want;
 		if (!warned++)
-			msg_log(WAL_LOG_WARN, "capture: pinned staging of %llu MiB, less than the "
-				"%llu MiB of the KV pools: a window changing more is committed "
-				"KV-partial, and a restore refuses it", (unsigned long long)(len >> 20),
+			msg_log(WAL_LOG_WARN, sn.hold ?
+				"capture: pinned staging of %llu MiB, less than the %llu MiB a "
+				"window wants: such windows take several passes while the serving "
+				"streams wait" :
+				"capture: pinned staging of %llu MiB, less than the %llu MiB of the "
+				"KV pools: a window changing more is committed KV-partial, and a "
+				"restore refuses it", (unsigned long long)(len >> 20),
 				(unsigned long long)(want >> 20));
 	}
 	return 0;
@@ -312,10 +372,13 @@ static struct pool *pool_at(uint64_t addr)
  * fresh one, which writes every bit. */
 static int prepare_dirty(struct pool *p)
 {
-	uint64_t words = (nchunks(p) + 31) / 32;
+	uint64_t words = (nchunks(p) + 31) / 32, dev;
 
-	if (!p->dirty && !(p->dirty = chunk_state(words * sizeof(uint32_t))))
+	if (atomic_load_explicit(&p->dirty, memory_order_relaxed))
+		return 0;
+	if (!(dev = chunk_state(words * sizeof(uint32_t))))
 		return -1;
+	atomic_store_explicit(&p->dirty, dev, memory_order_relaxed);
 	return 0;
 }
 
@@ -327,14 +390,16 @@ unsigned snap_mark(const struct rule_hit *h, struct kv_mark_args *m)
 	for (i = 0; i < h->npool && i < KVMARK_MAX_POOLS; i++) {
 		struct pool *p = pool_at(h->pool[i]);
 
-		if (!p || p->hashed)
+		if (!p || atomic_load_explicit(&p->hashed, memory_order_relaxed))
 			continue;
 		if (h->stride < 1 || prepare_dirty(p) < 0) {
-			p->hashed = 1;
+			atomic_store_explicit(&p->hashed, 1, memory_order_relaxed);
 			continue;
 		}
 		m->pool[m->npool++] = (struct kv_mark_pool){
-			.dirty = (uint32_t *)(uintptr_t)p->dirty, .bytes = p->size,
+			.dirty = (uint32_t *)(uintptr_t)atomic_load_explicit(&p->dirty,
+									    memory_order_relaxed),
+			.bytes = p->size,
 			.off = h->pool[i] - p->base, .stride = (uint64_t)h->stride,
 			.chunk_shift = (uint32_t)__builtin_ctzll(p->chunk),
 		};
@@ -361,18 +426,100 @@ static int prepare_pool(struct pool *p, char *why, size_t whylen)
 	return 0;
 }
 
+/* The snapshot arguments of pool p for a pass with flags. */
+static struct kv_snap_args pool_args(const struct pool *p, uint64_t ctl, uint32_t flags)
+{
+	int hashed = atomic_load_explicit(&p->hashed, memory_order_relaxed);
+	struct kv_snap_args a = {
+		.pool = (const void *)(uintptr_t)p->base, .bytes = p->size,
+		.chunk_bytes = p->chunk, .sums = (uint64_t *)(uintptr_t)p->sums,
+		.dirty = hashed ? NULL : (uint32_t *)(uintptr_t)atomic_load_explicit(
+						 &p->dirty, memory_order_relaxed),
+		.stage = (struct kv_stage *)(uintptr_t)sn.stage_dev,
+		.ctl = (struct kv_stage *)(uintptr_t)ctl, .pool_no = p->pool_no, .flags = flags,
+	};
+
+	if (flags & KVSNAP_FRESH) {
+		a.zero_whole = kv_zero_hash(p->chunk);
+		a.zero_last = kv_zero_hash(p->size - (nchunks(p) - 1) * p->chunk);
+	}
+	return a;
+}
+
+/* What the last pass read, once its header is back (its mark was
+ * drained), into read_bytes; and the first pass's reservations, which
+ * count every chunk the window changed, into need. */
+static void harvest(void)
+{
+	if (!sn.read_pending)
+		return;
+	sn.read_bytes += sn.stage->read;
+	if (!sn.need_seen && sn.stage->used > sn.need)
+		sn.need = sn.stage->used;
+	sn.need_seen = 1;
+	sn.read_pending = 0;
+}
+
+/*
+ * A pass over the pools on the side stream, after what is queued there:
+ * the snapshots (the boundary's flags for each pool: continue passes give
+ * none, and read only pools a boundary read), the header back, the mark,
+ * the release of the serving streams, done.  The first pass of a window
+ * writes each new pool's sums (fresh).
+ */
+static int pass(const struct cap_append_args *mark, uint32_t force, int first, char *why,
+		size_t whylen)
+{
+	uint64_t ctl = sn.ctl_dev ? sn.ctl_dev : sn.stage_dev;
+	struct kv_release_args rel = { (const struct kv_stage *)(uintptr_t)ctl,
+				       (uint32_t *)(uintptr_t)sn.flag_dev,
+				       atomic_load_explicit(&sn.gen, memory_order_relaxed), 0 };
+	unsigned i;
+
+	atomic_store_explicit(&sn.armed, 0, memory_order_release);
+	kv_stage_reset(sn.stage);
+	if (sn.ctl_dev && check(shim_dev_copy_to_device(sn.ctl_dev, sn.stage, sizeof *sn.stage,
+							sn.side), "copying the staging header", why, whylen))
+		return -1;
+	for (i = 0; i < sn.npools; i++) {
+		struct pool *p = &sn.pools[i];
+		struct kv_snap_args a;
+
+		if (!atomic_load(&p->live) || (!first && !p->sums))
+			continue;
+		if (first && prepare_pool(p, why, whylen))
+			return -1;
+		a = pool_args(p, ctl, first ? force | (p->fresh ? KVSNAP_FRESH : 0) : 0);
+		if (check(kernels_snapshot(sn.side, &a), "launching the KV snapshot", why, whylen))
+			return -1;
+		if (first && p->fresh)
+			sn.first_read_bytes += p->size;
+		p->fresh = 0;
+	}
+	if ((sn.ctl_dev && check(shim_dev_copy_to_host(sn.stage, sn.ctl_dev, sizeof *sn.stage,
+						       sn.side), "copying the staging header back",
+				 why, whylen)) ||
+	    check(shim_dev_record(sn.copied, sn.side), "recording an event", why, whylen) ||
+	    check(kernels_append(sn.side, mark), "launching the snapshot mark", why, whylen) ||
+	    (sn.hold && check(kernels_release(sn.side, &rel), "launching the release", why,
+			      whylen)) ||
+	    check(shim_dev_record(sn.done, sn.side), "recording an event", why, whylen))
+		return -1;
+	atomic_store_explicit(&sn.armed, 1, memory_order_release);
+	sn.read_pending = 1;
+	return 0;
+}
+
 static int enqueue(const struct cap_append_args *mark, void *const *lanes, unsigned n,
 		   struct window_asm *wa, char *why, size_t whylen)
 {
-	uint64_t ctl;
-	uint32_t force;
+	uint32_t force, gen;
 	unsigned i;
 
-	/* The last snapshot's header came back before its window committed,
-	 * which it has (not busy), and before size_stage may free it. */
-	if (sn.read_pending)
-		sn.read_bytes += sn.stage->read;
-	sn.read_pending = 0;
+	/* The last window committed (not busy): its header is back, before
+	 * size_stage may free it. */
+	harvest();
+	sn.need_seen = 0;
 	if (open_streams(why, whylen) || size_stage(why, whylen))
 		return -1;
 	read_timing();
@@ -383,6 +530,7 @@ static int enqueue(const struct cap_append_args *mark, void *const *lanes, unsig
 	wa_set_stage(wa, sn.stage, &sn.busy);
 	atomic_store_explicit(&sn.armed, 0, memory_order_release);
 	atomic_store_explicit(&sn.busy, 1, memory_order_release);
+	gen = atomic_fetch_add_explicit(&sn.gen, 1, memory_order_relaxed) + 1;
 	for (i = 0; i < n && i < CLK_MAX_LANES; i++)
 		if (check(shim_dev_record(sn.events[i], lanes[i]), "recording an event", why,
 			  whylen) ||
@@ -390,52 +538,45 @@ static int enqueue(const struct cap_append_args *mark, void *const *lanes, unsig
 			return -1;
 	if (check(shim_dev_record(sn.start, sn.side), "recording an event", why, whylen))
 		return -1;
-	kv_stage_reset(sn.stage);
-	ctl = sn.ctl_dev ? sn.ctl_dev : sn.stage_dev;
-	if (sn.ctl_dev && check(shim_dev_copy_to_device(sn.ctl_dev, sn.stage, sizeof *sn.stage,
-							sn.side), "copying the staging header", why, whylen))
-		return -1;
 	force = atomic_exchange_explicit(&sn.force, 0, memory_order_relaxed) ? KVSNAP_FORCE : 0;
-	for (i = 0; i < sn.npools; i++) {
-		struct pool *p = &sn.pools[i];
-		struct kv_snap_args a = {
-			.pool = (const void *)(uintptr_t)p->base, .bytes = p->size,
-			.chunk_bytes = p->chunk, .stage = (struct kv_stage *)(uintptr_t)sn.stage_dev,
-			.ctl = (struct kv_stage *)(uintptr_t)ctl, .pool_no = p->pool_no,
-		};
-
-		if (!atomic_load(&p->live))
-			continue;
-		if (prepare_pool(p, why, whylen))
-			return -1;
-		a.sums = (uint64_t *)(uintptr_t)p->sums;
-		a.dirty = p->hashed ? NULL : (uint32_t *)(uintptr_t)p->dirty;
-		a.flags = force | (p->fresh ? KVSNAP_FRESH : 0);
-		if (p->fresh) {
-			sn.first_read_bytes += p->size;
-			a.zero_whole = kv_zero_hash(p->chunk);
-			a.zero_last = kv_zero_hash(p->size - (nchunks(p) - 1) * p->chunk);
-		}
-		if (check(kernels_snapshot(sn.side, &a), "launching the KV snapshot", why, whylen))
-			return -1;
-		p->fresh = 0;
-	}
-	if ((sn.ctl_dev && check(shim_dev_copy_to_host(sn.stage, sn.ctl_dev, sizeof *sn.stage,
-						       sn.side), "copying the staging header back",
-				 why, whylen)) ||
-	    check(shim_dev_record(sn.copied, sn.side), "recording an event", why, whylen))
+	if (pass(mark, force, 1, why, whylen) < 0)
 		return -1;
-	if (check(kernels_append(sn.side, mark), "launching the snapshot mark", why, whylen) ||
-	    check(shim_dev_record(sn.done, sn.side), "recording an event", why, whylen))
-		return -1;
-	atomic_store_explicit(&sn.armed, 1, memory_order_release);
 	sn.timed = 1;
-	sn.read_pending = 1;
 	for (i = 0; i < n; i++)
-		if (check(shim_dev_wait(lanes[i], sn.done), "waiting for the snapshot", why, whylen))
+		if (sn.hold ? check(shim_dev_wait_value(lanes[i], sn.flag_dev, gen),
+				    "waiting for the release", why, whylen) :
+			      check(shim_dev_wait(lanes[i], sn.done), "waiting for the snapshot",
+				    why, whylen))
 			return -1;
 	sn.enqueued++;
 	return 1;
+}
+
+int snap_continue(const struct cap_append_args *mark, char *why, size_t whylen)
+{
+	int r = -1;
+
+	if (!sn.hold) {
+		snprintf(why, whylen, "no back-pressure");
+		return -1;
+	}
+	harvest();
+	pthread_mutex_lock(&sn.list);
+	if (pass(mark, 0, 0, why, whylen) == 0) {
+		sn.passes++;
+		r = 0;
+	}
+	pthread_mutex_unlock(&sn.list);
+	if (r < 0)
+		snap_release();
+	return r;
+}
+
+void snap_release(void)
+{
+	if (sn.flag)
+		atomic_store_explicit(sn.flag, atomic_load_explicit(&sn.gen, memory_order_relaxed),
+				      memory_order_release);
 }
 
 int snap_boundary(const struct cap_append_args *mark, void *const *lanes, unsigned n,

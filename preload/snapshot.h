@@ -10,12 +10,25 @@
  *   side stream:                 wait E_i for all i;
  *                                moeft_kv_snapshot per KV pool (staging);
  *                                a snapshot mark into the capture ring;
+ *                                moeft_kv_release: flag = G when every
+ *                                changed chunk found room;
  *                                record event D
- *   each stream of the window:   wait D
+ *   each stream of the window:   wait until flag >= G (cuStreamWaitValue32)
  *
  * so the KV pools are read at the boundary, in stream order, and the
  * serving streams wait only for the device-side pass (hash and copy of the
- * changed chunks into pinned staging), never for the host.  The consumer
+ * changed chunks into pinned staging), never for the host, as long as the
+ * staging area holds what the window changed.  When it does not, the
+ * release is left to the host: the consumer copies what was staged out of
+ * the staging area and has the rest staged by another pass
+ * (snap_continue: the chunks still marked dirty, or still unlike their
+ * sums), with its own mark and release, until a pass finds room for all;
+ * the serving streams wait meanwhile (back-pressure), so the window is
+ * still one cut of the pools.  Staging is sized to the most a window has
+ * changed, not to the pools.  Where the device has no stream
+ * memory operations the streams wait for D instead, staging is sized to
+ * the pools, and a window that changes more than it holds is committed
+ * KV-partial.  The consumer
  * thread, reaching the mark, copies the staging area into the KV store and
  * commits the window (window.h), then clears the busy flag; a host wait
  * that returns once the snapshot is done delivers the mark itself unless
@@ -80,6 +93,24 @@ struct window_asm;
 int snap_boundary(const struct cap_append_args *mark, void *const *lanes, unsigned n,
 		  struct window_asm *wa, char *why, size_t whylen);
 
+/*
+ * Another pass for the window whose mark was just handled, which found no
+ * room for some chunks (their dirty bits are still set, their sums still
+ * old): its header's counters and the staged chunks were taken out of the
+ * staging area, which the pass reuses.  *mark goes into the ring after it,
+ * as the boundary's did.  The consumer's, while busy.  0, or -1 with one
+ * line in why (no back-pressure, or the device refused something): the
+ * serving streams are then released (snap_release), and the window lacks
+ * what found no room.
+ */
+int snap_continue(const struct cap_append_args *mark, char *why, size_t whylen);
+
+/* Release the serving streams from the host, whatever the window's passes
+ * still lack: when the window is given up (its mark lost, capture
+ * stopped, the process exiting), so that no stream ever waits for a pass
+ * that will not come.  Any thread. */
+void snap_release(void);
+
 /* The busy flag: set from a boundary until its window is committed. */
 atomic_int *snap_busy(void);
 
@@ -112,6 +143,8 @@ struct snap_counts {
 	uint64_t read_bytes;    /* pool bytes the enqueued snapshots read */
 	uint64_t first_read_bytes; /* of which each pool's first snapshot
 				      read, the pool whole */
+	uint64_t passes;        /* passes after a boundary's first (staging
+				   short of a window's changes) */
 	uint64_t pinned_bytes;  /* the staging area's */
 };
 void snap_counts(struct snap_counts *c);

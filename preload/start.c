@@ -301,7 +301,8 @@ static void summary(void)
 		"launches=%llu graph_launches=%llu captures=%llu/%llu kernels=%u named=%u "
 		"matched=%u rule_hits=%llu%s captured=%llu gaps=%llu steps=%lld "
 		"decode_windows=%llu routing=%llu unplaced=%llu kv_chunks=%llu kv_bytes=%llu "
-		"kv_read_bytes=%llu kv_first_read_bytes=%llu kv_pinned_bytes=%llu boundaries=%llu "
+		"kv_read_bytes=%llu kv_first_read_bytes=%llu kv_pinned_bytes=%llu kv_passes=%llu "
+		"boundaries=%llu "
 		"skipped=%llu window_failures=%llu commit_ms=%.1f "
 		"commit_max_ms=%.2f sync_wait_ms=%.1f boundary_ms=%.1f snapshot_gpu_ms=%.1f "
 		"snapshots_timed=%llu kv_pools_untracked=%u",
@@ -311,7 +312,8 @@ static void summary(void)
 		(unsigned long long)win.windows, (unsigned long long)win.routing,
 		(unsigned long long)win.unplaced, (unsigned long long)win.kv_chunks,
 		(unsigned long long)win.kv_bytes, (unsigned long long)cs.snap.read_bytes,
-		(unsigned long long)cs.snap.first_read_bytes, (unsigned long long)cs.snap.pinned_bytes, (unsigned long long)cs.snap.enqueued,
+		(unsigned long long)cs.snap.first_read_bytes, (unsigned long long)cs.snap.pinned_bytes,
+		(unsigned long long)cs.snap.passes, (unsigned long long)cs.snap.enqueued,
 		(unsigned long long)cs.snap.skipped, (unsigned long long)win.failures,
 		(double)win.commit_ns / 1e6, (double)win.commit_max_ns / 1e6,
 		(double)cs.sync_ns / 1e6, (double)cs.snap.ns / 1e6, (double)cs.snap.gpu_ns / 1e6,

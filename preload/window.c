@@ -35,6 +35,14 @@ struct window_asm {
 	size_t len, cap;
 	uint32_t records, tokens, flags;
 	uint64_t staged;         /* KV chunks the last snapshot staged */
+	/* The window's chunks taken out of staging by its earlier passes
+	 * (snapshot.h), their bytes at hdata + entry.data; taken: the
+	 * staging area's own chunks are among them. */
+	struct kv_stage_entry *held;
+	size_t nheld, heldcap;
+	uint8_t *hdata;
+	size_t hlen, hcap;
+	int taken;
 	unsigned nlanes;
 	struct lane_step lanes[MAX_LANES];
 	struct {
@@ -59,8 +67,11 @@ struct window_asm *wa_create(const struct wa_sink *sink)
 
 void wa_destroy(struct window_asm *wa)
 {
-	if (wa)
+	if (wa) {
 		free(wa->buf);
+		free(wa->held);
+		free(wa->hdata);
+	}
 	free(wa);
 }
 
@@ -115,19 +126,29 @@ static int step_of(const struct window_asm *wa, uint32_t lane, uint64_t *step)
 	return -1;
 }
 
+/* buf, of *cap bytes, made to hold at least need: it, moved maybe, or
+ * NULL without memory (buf as it was). */
+static void *grow(void *buf, size_t *cap, size_t need)
+{
+	size_t c = *cap ? *cap : 1u << 16;
+	void *p;
+
+	if (need <= *cap)
+		return buf;
+	while (c < need)
+		c *= 2;
+	if ((p = realloc(buf, c)))
+		*cap = c;
+	return p;
+}
+
 static int reserve(struct window_asm *wa, size_t more)
 {
-	size_t cap = wa->cap ? wa->cap : 1u << 16;
-	uint8_t *p;
+	uint8_t *p = grow(wa->buf, &wa->cap, wa->len + more);
 
-	if (wa->len + more <= wa->cap)
-		return 0;
-	while (cap < wa->len + more)
-		cap *= 2;
-	if (!(p = realloc(wa->buf, cap)))
+	if (!p)
 		return -1;
 	wa->buf = p;
-	wa->cap = cap;
 	return 0;
 }
 
@@ -216,6 +237,43 @@ static void chunks_lost(struct window_asm *wa)
 		wa->sink.restage();
 }
 
+/* The chunks of the staging area's table, bounds checked (the GPU wrote
+ * them): their number, and *t and *data. */
+static uint64_t staged_chunks(const struct kv_stage *s, const struct kv_stage_entry **t,
+			      const uint8_t **data)
+{
+	*t = (const struct kv_stage_entry *)((const uint8_t *)s + s->table_off);
+	*data = (const uint8_t *)s + s->data_off;
+	return s->entries < s->max_entries ? s->entries : s->max_entries;
+}
+
+/* One chunk into the KV store and its KVREF into the log: 0, or -1 (the
+ * window is KV-partial then). */
+static int put_chunk(struct window_asm *wa, const struct kv_stage_entry *e, const uint8_t *data,
+		     uint64_t capacity, uint64_t window, uint64_t last_step)
+{
+	uint8_t p[KVREF_PAYLOAD_SIZE];
+	struct rec_kvref ref = { .pool = e->pool, .bytes = e->bytes, .block = e->chunk,
+				 .step = last_step };
+
+	if (e->data > capacity || e->bytes > capacity - e->data ||
+	    kvs_put(wa->sink.kvs, e->pool, e->chunk, data + e->data, e->bytes, window,
+		    &ref.store_off, &ref.crc) < 0) {
+		chunks_lost(wa);
+		return -1;
+	}
+	rec_kvref_encode(p, &ref);
+	if (wal_append(wa->sink.wal, WAL_REC_KVREF, p, sizeof p) < 0) {
+		chunks_lost(wa);
+		return -1;
+	}
+	ADD(kv_bytes, e->bytes);
+	return 0;
+}
+
+/* Copy the window's chunks, those its earlier passes took and those
+ * staged now, into the KV store and log their KVREFs; the log lock is
+ * held.  Returns the number logged; flags what could not be. */
 static uint32_t put_chunks(struct window_asm *wa, uint64_t window, uint64_t last_step)
 {
 	const struct kv_stage *s = atomic_load_explicit(&wa->stage, memory_order_acquire);
@@ -224,42 +282,30 @@ static uint32_t put_chunks(struct window_asm *wa, uint64_t window, uint64_t last
 	uint64_t n, i;
 	uint32_t logged = 0;
 
+	for (i = 0; i < wa->nheld; i++)
+		logged += put_chunk(wa, &wa->held[i], wa->hdata, wa->hlen, window, last_step) == 0;
+	wa->staged = wa->nheld;
+	if (wa->taken)
+		return logged;
 	/* A mark comes after its boundary handed the staging area over
 	 * (snapshot.h); without one, the chunks that changed are unknown. */
 	if (!s) {
 		wa->flags |= WINDOW_KV_PARTIAL;
-		return 0;
+		return logged;
 	}
 	if (!boundary_done(wa)) {
 		chunks_lost(wa);
-		return 0;
+		return logged;
 	}
-	t = (const struct kv_stage_entry *)((const uint8_t *)s + s->table_off);
-	data = (const uint8_t *)s + s->data_off;
-	n = s->entries < s->max_entries ? s->entries : s->max_entries;
-	wa->staged = n;
+	n = staged_chunks(s, &t, &data);
+	wa->staged += n;
 	/* Chunks that found no room, or of a pool no snapshot reads. */
 	if (s->overflow || (wa->sink.untracked && wa->sink.untracked()))
 		wa->flags |= WINDOW_KV_PARTIAL;
 	for (i = 0; i < n; i++) {
 		struct kv_stage_entry e = t[i];
-		uint8_t p[KVREF_PAYLOAD_SIZE];
-		struct rec_kvref ref = { .pool = e.pool, .bytes = e.bytes, .block = e.chunk,
-					 .step = last_step };
 
-		if (e.data > s->capacity || e.bytes > s->capacity - e.data ||
-		    kvs_put(wa->sink.kvs, e.pool, e.chunk, data + e.data, e.bytes, window,
-			    &ref.store_off, &ref.crc) < 0) {
-			chunks_lost(wa);
-			continue;
-		}
-		rec_kvref_encode(p, &ref);
-		if (wal_append(wa->sink.wal, WAL_REC_KVREF, p, sizeof p) < 0) {
-			chunks_lost(wa);
-			continue;
-		}
-		logged++;
-		ADD(kv_bytes, e.bytes);
+		logged += put_chunk(wa, &e, data, s->capacity, window, last_step) == 0;
 	}
 	return logged;
 }
@@ -270,14 +316,59 @@ static void unput_chunks(struct window_asm *wa, uint64_t window)
 {
 	const struct kv_stage *s = atomic_load_explicit(&wa->stage, memory_order_acquire);
 	const struct kv_stage_entry *t;
+	const uint8_t *data;
 	uint64_t n, i;
 
-	if (!s || !wa->sink.kvs)
+	if (!wa->sink.kvs)
 		return;
-	t = (const struct kv_stage_entry *)((const uint8_t *)s + s->table_off);
-	n = s->entries < s->max_entries ? s->entries : s->max_entries;
-	for (i = 0; i < n; i++)
+	for (i = 0; i < wa->nheld; i++)
+		kvs_unput(wa->sink.kvs, wa->held[i].pool, wa->held[i].chunk, window);
+	if (!s || wa->taken)
+		return;
+	for (i = 0, n = staged_chunks(s, &t, &data); i < n; i++)
 		kvs_unput(wa->sink.kvs, t[i].pool, t[i].chunk, window);
+}
+
+/*
+ * The staging area's chunks into held (bounds checked, the GPU wrote
+ * them), for the pass that reuses it: 0, or -1 without memory.
+ */
+static int hold_chunks(struct window_asm *wa, const struct kv_stage *s)
+{
+	const struct kv_stage_entry *t;
+	const uint8_t *data;
+	uint64_t n = staged_chunks(s, &t, &data), i, bytes = 0;
+	struct kv_stage_entry *held;
+	uint8_t *hdata;
+
+	for (i = 0; i < n; i++) {
+		if (t[i].data > s->capacity || t[i].bytes > s->capacity - t[i].data)
+			return -1;
+		bytes += t[i].bytes;
+	}
+	if (!(held = grow(wa->held, &wa->heldcap, (wa->nheld + n) * sizeof *held)))
+		return -1;
+	wa->held = held;
+	if (!(hdata = grow(wa->hdata, &wa->hcap, wa->hlen + bytes)))
+		return -1;
+	wa->hdata = hdata;
+	for (i = 0; i < n; i++) {
+		struct kv_stage_entry e = t[i];
+
+		memcpy(wa->hdata + wa->hlen, data + e.data, e.bytes);
+		e.data = wa->hlen;
+		wa->hlen += e.bytes;
+		wa->held[wa->nheld++] = e;
+	}
+	return 0;
+}
+
+/* The window's held chunks go (its mark was lost: the next snapshot
+ * stages every chunk again, for the window that goes on). */
+void wa_drop_held(struct window_asm *wa)
+{
+	wa->nheld = wa->hlen = 0;
+	wa->taken = 0;
 }
 
 /* The ring bytes a window of kvrefs KV references and the routing held in
@@ -389,17 +480,48 @@ static void commit(struct window_asm *wa, uint64_t end)
 	}
 }
 
+/*
+ * Whether the window ending at `end` takes another pass (snapshot.h): its
+ * snapshot staged some chunks and found no room for others.  The staged
+ * ones are then taken out of the staging area (held) and the pass is
+ * asked for: 1.  Else 0: the window commits with what it has, KV-partial
+ * when chunks found no room.
+ */
+static int another_pass(struct window_asm *wa, uint64_t end)
+{
+	const struct kv_stage *s = atomic_load_explicit(&wa->stage, memory_order_acquire);
+	const struct kv_stage_entry *t;
+	const uint8_t *data;
+
+	if (!s || !wa->sink.kvs || !wa->sink.more || !boundary_done(wa) || !s->overflow ||
+	    !staged_chunks(s, &t, &data) || hold_chunks(wa, s) < 0)
+		return 0;
+	if (wa->sink.more(end) == 0)
+		return 1;
+	/* The held chunks are the staging area's: put them once. */
+	wa->taken = 1;
+	wa->flags |= WINDOW_KV_PARTIAL;
+	return 0;
+}
+
 static void snapshot_mark(struct window_asm *wa, uint64_t end)
 {
 	atomic_int *busy = atomic_load_explicit(&wa->busy, memory_order_relaxed);
 
-	if (end > wa->first)
+	if (end > wa->first) {
+		if (another_pass(wa, end))
+			return;	/* busy stays set: the pass's mark comes back here */
 		commit(wa, end);
+	}
+	/* Whatever its passes did, no stream waits for this window now. */
+	if (wa->sink.release)
+		wa->sink.release();
 	if (busy)
 		atomic_store_explicit(busy, 0, memory_order_release);
 	wa->first = end;
 	wa->len = 0;
 	wa->records = wa->tokens = wa->flags = 0;
+	wa_drop_held(wa);
 }
 
 void wa_entry(void *arg, const struct cap_entry *e, const void *payload, size_t len)

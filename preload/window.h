@@ -17,7 +17,10 @@
  * At a snapshot mark for step B, the window of steps [previous mark, B) is
  * committed: KV chunks into the KV store (data first), then its KVREF and
  * ROUTING records, then the WINDOW record (wal_commit) with its steps and
- * flags.  Routing waits in memory until then, so a window's records are
+ * flags.  When the snapshot found no room for some chunks, the staged ones
+ * are first copied out (held in memory) and another pass stages the rest,
+ * its mark coming back for the same step; the window commits at the mark
+ * of the pass that staged everything (sink.more).  Routing waits in memory until then, so a window's records are
  * never split by the allocation windows committed meanwhile.
  */
 #ifndef MOEFT_WINDOW_H
@@ -74,6 +77,12 @@ struct wa_sink {
 	 * do): chunks a snapshot staged did not reach the store, yet their
 	 * sums say they did. */
 	void (*restage)(void);
+	/* Another pass for the window ending at step, whose snapshot found
+	 * no room for some chunks (snapshot.h's snap_continue; NULL: none):
+	 * 0, and its mark comes back as the window's, or -1. */
+	int (*more)(uint64_t step);
+	/* No stream waits for the window any more (NULL: none ever does). */
+	void (*release)(void);
 };
 
 struct wa_stats {
@@ -93,6 +102,11 @@ void wa_set_stage(struct window_asm *wa, const struct kv_stage *stage, atomic_in
 
 /* A ring_fn (ring.h): one entry, in ring order.  The consumer thread's. */
 void wa_entry(void *wa, const struct cap_entry *e, const void *payload, size_t len);
+
+/* The open window's mark was lost (snapshot.h, snap_forget): the chunks
+ * its earlier passes took go, and the next snapshot, which stages every
+ * chunk, brings the window its KV. */
+void wa_drop_held(struct window_asm *wa);
 
 /* Appends the GPU dropped (ring full): the open window lacks routing. */
 void wa_gap(struct window_asm *wa, uint64_t entries);

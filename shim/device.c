@@ -262,6 +262,15 @@ int shim_dev_wait(void *stream, void *event)
 	return wait((CUstream)stream, (CUevent)event, 0);
 }
 
+int shim_dev_wait_value(void *stream, uint64_t addr, uint32_t value)
+{
+	__typeof__(&cuStreamWaitValue32_v2) wait;
+
+	if (!REAL(wait, cuStreamWaitValue32_v2))
+		return CUDA_ERROR_NOT_FOUND;
+	return wait((CUstream)stream, (CUdeviceptr)addr, value, CU_STREAM_WAIT_VALUE_GEQ);
+}
+
 int shim_dev_query(void *event)
 {
 	__typeof__(&cuEventQuery) query;

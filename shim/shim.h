@@ -162,6 +162,10 @@ int shim_dev_elapsed(void *start, void *end, float *ms);
 void shim_dev_event_free(void *event);
 int shim_dev_record(void *event, void *stream);
 int shim_dev_wait(void *stream, void *event);
+/* stream waits until the 32-bit word at the device address addr reaches
+ * value, cyclically: (int32_t)(word - value) >= 0.  CUDA_ERROR_NOT_SUPPORTED
+ * where the device has no stream memory operations. */
+int shim_dev_wait_value(void *stream, uint64_t addr, uint32_t value);
 int shim_dev_query(void *event);        /* 0: done; CUDA_ERROR_NOT_READY */
 int shim_dev_sync(void *event);         /* the host waits for it */
 int shim_dev_copy_to_device(uint64_t dev, const void *src, size_t len, void *stream);
