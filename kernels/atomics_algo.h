@@ -13,6 +13,7 @@
  *   atom_add         atomicAdd                      fetch_add, relaxed
  *   atom_or32        atomicOr                       fetch_or, relaxed
  *   atom_and32       atomicAnd                      fetch_and, relaxed
+ *   atom_xchg32      atomicExch; __threadfence      exchange, acq_rel
  *   atom_ld32        volatile load                  load, relaxed
  *   atom_max_release __threadfence; atomicMax       CAS loop, release
  *   atom_fence_sys   __threadfence_system           fence, release
@@ -62,6 +63,16 @@ ALGO_FN void atom_or32(uint32_t *p, uint32_t v)
 ALGO_FN void atom_and32(uint32_t *p, uint32_t v)
 {
 	atomicAnd(p, v);
+}
+
+/* The value before; the fence orders the exchange before the reads that
+ * follow it in this thread (and, past a __syncthreads, in its block). */
+ALGO_FN uint32_t atom_xchg32(uint32_t *p, uint32_t v)
+{
+	uint32_t old = atomicExch(p, v);
+
+	__threadfence();
+	return old;
 }
 
 ALGO_FN uint32_t atom_ld32(const uint32_t *p)
@@ -141,6 +152,11 @@ ALGO_FN void atom_or32(uint32_t *p, uint32_t v)
 ALGO_FN void atom_and32(uint32_t *p, uint32_t v)
 {
 	atomic_fetch_and_explicit((_Atomic uint32_t *)p, v, memory_order_relaxed);
+}
+
+ALGO_FN uint32_t atom_xchg32(uint32_t *p, uint32_t v)
+{
+	return atomic_exchange_explicit((_Atomic uint32_t *)p, v, memory_order_acq_rel);
 }
 
 ALGO_FN uint32_t atom_ld32(const uint32_t *p)

@@ -50,6 +50,11 @@ static __device__ void snapshot_chunk(const struct kv_snap_args *a, uint64_t c)
 	uint64_t len = kv_chunk_len(a, c);
 	unsigned t = threadIdx.x, s;
 
+	if (t == 0) {
+		kv_take_chunk(a, c);
+		__threadfence();
+	}
+	__syncthreads();
 	part[t] = kv_hash_part(src, len, t, blockDim.x);
 	__syncthreads();
 	/* A tree over KVSNAP_THREADS slots, those past blockDim.x zero. */
@@ -89,7 +94,7 @@ moeft_kv_snapshot(struct kv_snap_args a)
 	if (kv_sparse(&a)) {
 		for (w = blockIdx.x, n = kv_dirty_words(&a); w < n; w += gridDim.x) {
 			if (threadIdx.x == 0)
-				word = kv_dirty_bits(&a, w);
+				word = kv_take_word(&a, w);
 			__syncthreads();
 			bits = word;
 			/* Every thread has its copy before thread 0 loads the

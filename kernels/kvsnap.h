@@ -207,6 +207,9 @@ void kv_snapshot_ref(const struct kv_snap_args *a);
 void kv_mark_ref(const struct kv_mark_args *a);
 void kv_release_ref(const struct kv_release_args *a);
 
+/* Whether moeft_kv_mark takes *a (an invalid one marks nothing). */
+int kv_mark_valid(const struct kv_mark_args *a);
+
 /* The chunk size of a pool of `bytes` that nothing else sizes (MOEFT_KV
  * block=): 4 KiB, doubled while the pool has more than 2^16 chunks, up to
  * 64 KiB. */

@@ -8,12 +8,12 @@
  * thread does all of it.  The snapshot's contract: kvsnap.h.  Private to
  * kernels/.
  *
- * Per chunk: every thread sums the hash terms of its words; the block adds
- * the sums; one thread compares with the previous hash and reserves
- * (kv_begin), and settles the chunk's dirty bit (kv_settle); the block
- * copies (kv_copy); one thread writes the entry and the new sum (kv_end).
- * The chunks are every chunk of the pool, or, for a sparse snapshot
- * (kv_sparse), the set bits of the dirty words (kv_dirty_bits).  After its
+ * Per chunk: one thread takes its dirty bit (kv_take_chunk, or the word's
+ * kv_take_word); every thread sums the hash terms of its words; the block
+ * adds the sums; one thread compares with the previous hash and reserves
+ * (kv_begin); the block copies (kv_copy); one thread writes the entry and
+ * the new sum (kv_end).  The chunks are every chunk of the pool, or, for a
+ * sparse snapshot (kv_sparse), the set bits of the dirty words.  After its
  * last chunk the snapshot fences (atom_fence_sys), so a host that sees
  * anything the same stream writes later sees the staged bytes and the
  * table.
@@ -164,28 +164,30 @@ ALGO_FN uint64_t kv_dirty_words(const struct kv_snap_args *a)
 	return (kv_nchunks(a) + 31) / 32;
 }
 
-/* The set bits of dirty word w that name chunks of the pool (a bitmap
- * that no snapshot has written yet may hold any bits). */
-ALGO_FN uint32_t kv_dirty_bits(const struct kv_snap_args *a, uint64_t w)
+/*
+ * A chunk's bit is cleared before its bytes are read, never after: a mark
+ * that lands while the snapshot runs (a writer the boundary did not wait
+ * for) then stays, and the next snapshot reads the chunk again.  Cleared
+ * after the read, it would be lost with the write it marks.
+ */
+
+/* One thread: take dirty word w, clearing it, for a sparse snapshot: its
+ * set bits that name chunks of the pool (a bitmap that no snapshot has
+ * written yet may hold any bits). */
+ALGO_FN uint32_t kv_take_word(const struct kv_snap_args *a, uint64_t w)
 {
 	uint64_t past = kv_nchunks(a) - w * 32;
 
-	return atom_ld32(a->dirty + w) & (past >= 32 ? ~0u : (1u << past) - 1);
+	return atom_xchg32(a->dirty + w, 0) & (past >= 32 ? ~0u : (1u << past) - 1);
 }
 
-/* One thread, once kv_begin judged chunk c: its dirty bit stays set only
- * when the chunk changed and found no room. */
-ALGO_FN void kv_settle(const struct kv_snap_args *a, uint64_t c, int pending)
+/* One thread, before a full snapshot reads chunk c: clear its bit. */
+ALGO_FN void kv_take_chunk(const struct kv_snap_args *a, uint64_t c)
 {
-	uint32_t *w, bit = 1u << (c % 32);
+	uint32_t bit = 1u << (c % 32);
 
-	if (!a->dirty)
-		return;
-	w = a->dirty + c / 32;
-	if (pending)
-		atom_or32(w, bit);
-	else if (atom_ld32(w) & bit)
-		atom_and32(w, ~bit);
+	if (a->dirty && !kv_sparse(a) && (atom_ld32(a->dirty + c / 32) & bit))
+		atom_and32(a->dirty + c / 32, ~bit);
 }
 
 /* The hash chunk c had when last staged. */
@@ -203,7 +205,7 @@ enum { KV_SAME, KV_STAGE, KV_NO_ROOM };
  * changed and has room to be staged at rv, KV_NO_ROOM when it changed
  * and has none, else KV_SAME; its bytes count as read.  Where sums[c]
  * would not say that an unstaged chunk changed (fresh, or forced), it is
- * written here; the dirty bit says it too (kv_settle). */
+ * written here; a chunk with no room gets its dirty bit back. */
 ALGO_FN int kv_begin(const struct kv_snap_args *a, uint64_t c, uint64_t h, struct kv_resv *rv)
 {
 	int r = KV_NO_ROOM;
@@ -218,7 +220,8 @@ ALGO_FN int kv_begin(const struct kv_snap_args *a, uint64_t c, uint64_t h, struc
 	} else if (a->flags & (KVSNAP_FRESH | KVSNAP_FORCE)) {
 		a->sums[c] = ~h;
 	}
-	kv_settle(a, c, r == KV_NO_ROOM);
+	if (r == KV_NO_ROOM && a->dirty)
+		atom_or32(a->dirty + c / 32, 1u << (c % 32));
 	return r;
 }
 

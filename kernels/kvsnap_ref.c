@@ -12,8 +12,10 @@
 static void snapshot_chunk(const struct kv_snap_args *a, uint64_t c)
 {
 	const unsigned char *src = kv_chunk_src(a, c);
-	uint64_t len = kv_chunk_len(a, c);
-	uint64_t h = kv_hash_part(src, len, 0, 1);
+	uint64_t len = kv_chunk_len(a, c), h;
+
+	kv_take_chunk(a, c);
+	h = kv_hash_part(src, len, 0, 1);
 	struct kv_resv rv;
 
 	if (kv_begin(a, c, h, &rv) != KV_STAGE)
@@ -31,7 +33,7 @@ void kv_snapshot_ref(const struct kv_snap_args *a)
 		return;
 	if (kv_sparse(a)) {
 		for (w = 0, n = kv_dirty_words(a); w < n; w++)
-			for (bits = kv_dirty_bits(a, w); bits; bits &= bits - 1)
+			for (bits = kv_take_word(a, w); bits; bits &= bits - 1)
 				snapshot_chunk(a, w * 32 + (uint64_t)__builtin_ctz(bits));
 	} else {
 		for (c = 0, n = kv_nchunks(a); c < n; c++)

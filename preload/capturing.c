@@ -485,7 +485,9 @@ void capture_stats(struct capture_stats *st, struct wa_stats *win)
 {
 	st->gaps = atomic_load_explicit(&cap.gaps, memory_order_relaxed);
 	st->steps = cap.clock ? (long long)clk_step(cap.clock) + 1 : 0;
+	pthread_mutex_lock(&cap.lock);
 	snap_counts(&st->snap);
+	pthread_mutex_unlock(&cap.lock);
 	st->sync_ns = atomic_load_explicit(&cap.sync_ns, memory_order_relaxed);
 	memset(win, 0, sizeof *win);
 	if (cap.wa)

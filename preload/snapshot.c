@@ -64,6 +64,7 @@ static struct {
 	uint64_t enqueued, skipped, ns, gpu_ns, gpu_timed, read_bytes, first_read_bytes;
 	int read_pending;           /* the last pass's read count is not in
 				       read_bytes yet */
+	uint64_t fresh_pending;     /* nor what its fresh pools read */
 	/* Back-pressure (snapshot.h): */
 	int hold;                   /* 1: the serving streams wait for the flag;
 				       0: for done (no stream memory operations) */
@@ -80,14 +81,39 @@ static uint64_t nchunks(const struct pool *p)
 	return (p->size + p->chunk - 1) / p->chunk;
 }
 
+/*
+ * A CUDA graph that recorded a mark keeps naming the bitmap it was given,
+ * and may be replayed over a new allocation at the same address: a new
+ * pool there takes over a freed pool's bitmap when it is the same pool
+ * (base, size, chunk), and is hashed whole when it only overlaps one (the
+ * graph's marks would miss its own bitmap).  Under the list lock.
+ */
+static uint64_t inherit_dirty(uint64_t base, uint64_t size, uint64_t chunk, int *hashed)
+{
+	for (unsigned i = 0; i < sn.npools; i++) {
+		struct pool *o = &sn.pools[i];
+		uint64_t d = atomic_load_explicit(&o->dirty, memory_order_relaxed);
+
+		if (!d || atomic_load(&o->live) || o->base >= base + size || base >= o->base + o->size)
+			continue;
+		atomic_store_explicit(&o->dirty, 0, memory_order_relaxed);
+		if (o->base == base && o->size == size && o->chunk == chunk)
+			return d;
+		*hashed = 1;
+	}
+	return 0;
+}
+
 int snap_add_pool(uint64_t alloc_id, uint64_t base, uint64_t size, uint64_t chunk,
 		  uint32_t pool_no, int hashed)
 {
 	unsigned cap = sn.cap ? 2 * sn.cap : 16;
 	struct pool *p;
+	uint64_t dirty;
 	int ret = 0;
 
 	pthread_mutex_lock(&sn.list);
+	dirty = inherit_dirty(base, size, chunk, &hashed);
 	if (sn.npools == sn.cap) {
 		if ((p = realloc(sn.pools, cap * sizeof *p))) {
 			sn.pools = p;
@@ -100,7 +126,7 @@ int snap_add_pool(uint64_t alloc_id, uint64_t base, uint64_t size, uint64_t chun
 		sn.pools[sn.npools++] = (struct pool){ .alloc_id = alloc_id, .base = base,
 						       .size = size, .chunk = chunk,
 						       .pool_no = pool_no, .live = 1,
-						       .hashed = hashed };
+						       .dirty = dirty, .hashed = hashed };
 	pthread_mutex_unlock(&sn.list);
 	return ret;
 }
@@ -156,10 +182,11 @@ void snap_forget(void)
 
 void snap_counts(struct snap_counts *c)
 {
-	uint64_t last = sn.read_pending && snap_staged() ? sn.stage->read : 0;
+	int last = sn.read_pending && snap_staged();
 
 	*c = (struct snap_counts){ sn.enqueued, sn.skipped, sn.ns, sn.gpu_ns, sn.gpu_timed,
-				   sn.read_bytes + last, sn.first_read_bytes, sn.passes,
+				   sn.read_bytes + (last ? sn.stage->read : 0),
+				   sn.first_read_bytes + (last ? sn.fresh_pending : 0), sn.passes,
 				   sn.stage ? sn.stage_len : 0 };
 }
 
@@ -384,11 +411,12 @@ static int prepare_dirty(struct pool *p)
 
 unsigned snap_mark(const struct rule_hit *h, struct kv_mark_args *m)
 {
+	struct pool *p;
 	unsigned i;
 
 	memset(m, 0, sizeof *m);
 	for (i = 0; i < h->npool && i < KVMARK_MAX_POOLS; i++) {
-		struct pool *p = pool_at(h->pool[i]);
+		p = pool_at(h->pool[i]);
 
 		if (!p || atomic_load_explicit(&p->hashed, memory_order_relaxed))
 			continue;
@@ -408,6 +436,13 @@ unsigned snap_mark(const struct rule_hit *h, struct kv_mark_args *m)
 	m->count = (uint64_t)h->count;
 	m->block = (uint64_t)h->block;
 	m->dtype = (uint32_t)h->dtype;
+	if (m->npool && !kv_mark_valid(m)) {
+		/* The kernel would mark nothing: read those pools whole. */
+		for (i = 0; i < h->npool && i < KVMARK_MAX_POOLS; i++)
+			if ((p = pool_at(h->pool[i])))
+				atomic_store_explicit(&p->hashed, 1, memory_order_relaxed);
+		m->npool = 0;
+	}
 	return m->npool;
 }
 
@@ -454,6 +489,8 @@ static void harvest(void)
 	if (!sn.read_pending)
 		return;
 	sn.read_bytes += sn.stage->read;
+	sn.first_read_bytes += sn.fresh_pending;
+	sn.fresh_pending = 0;
 	if (!sn.need_seen && sn.stage->used > sn.need)
 		sn.need = sn.stage->used;
 	sn.need_seen = 1;
@@ -493,7 +530,7 @@ static int pass(const struct cap_append_args *mark, uint32_t force, int first, c
 		if (check(kernels_snapshot(sn.side, &a), "launching the KV snapshot", why, whylen))
 			return -1;
 		if (first && p->fresh)
-			sn.first_read_bytes += p->size;
+			sn.fresh_pending += p->size;
 		p->fresh = 0;
 	}
 	if ((sn.ctl_dev && check(shim_dev_copy_to_host(sn.stage, sn.ctl_dev, sizeof *sn.stage,

@@ -147,6 +147,7 @@ struct snap_counts {
 				   short of a window's changes) */
 	uint64_t pinned_bytes;  /* the staging area's */
 };
+/* Under the caller's lock (a boundary may free the staging area). */
 void snap_counts(struct snap_counts *c);
 
 #endif

@@ -18,6 +18,7 @@
 
 #include "capture.h"
 #include "kvsnap.h"
+#include "kvsnap_algo.h"	/* the steps of a snapshot, to interleave a mark */
 #include "testutil.h"
 
 #define CHUNK 4096u
@@ -723,7 +724,8 @@ static void test_mark_invalid(void)
 	struct kv_mark_args a, ok = mark_args(slots, 3, CAP_DT_I64, 16);
 	unsigned i;
 
-	add_pool(&ok, d, 64 * CHUNK, 0, CHUNK);
+	for (i = 0; i < KVMARK_MAX_POOLS; i++)
+		add_pool(&ok, d, 64 * CHUNK, 0, CHUNK);	/* all valid, all one bitmap */
 	for (i = 0; i < 9; i++) {
 		a = ok;
 		switch (i) {
@@ -801,6 +803,46 @@ static void test_sparse(void)
 	s->capacity = cap;
 	snapshot_dirty(s, &p, dirty, 0);
 	CU_ASSERT(s->entries == 1 && s->overflow == 0 && dirty[0] == 0);
+	pool_free(&p);
+	free(s);
+}
+
+/* A writer the boundary did not wait for writes chunk 1 and marks it while
+ * the snapshot is between reading the chunk and writing its sum: the
+ * snapshot took the bit before it read, so the mark stays and the next
+ * snapshot stages the new bytes (cleared after the read, the write would
+ * be lost for good: the sum says the old bytes were staged). */
+static void test_mark_during_snapshot(void)
+{
+	static const int64_t slot[] = { 1 };
+	struct kv_stage *s = stage_new(64 * 1024);
+	uint32_t dirty[DIRTY_WORDS] = { 1u << 1 };
+	struct kv_mark_args m = mark_args(slot, 1, CAP_DT_I64, 1);
+	struct kv_snap_args a;
+	struct kv_resv rv = { 0, 0 };
+	struct pool p;
+	uint64_t h;
+
+	pool_init(&p, 1, 4 * CHUNK, 0);
+	add_pool(&m, dirty, 4 * CHUNK, 0, CHUNK);
+	p.base[CHUNK] = 1;
+	prepare(s, &p, 1);
+	a = args(&p, s);
+	a.dirty = dirty;
+	/* the snapshot, step by step (kvsnap_ref.c) */
+	CU_ASSERT_FATAL(kv_take_word(&a, 0) == 1u << 1);
+	h = kv_hash_part(chunk_at(&p, 1), CHUNK, 0, 1);
+	CU_ASSERT_FATAL(kv_begin(&a, 1, h, &rv) == KV_STAGE);
+	kv_copy(kv_data(&a) + rv.data, chunk_at(&p, 1), CHUNK, 0, 1);
+	/* the writer */
+	p.base[CHUNK + 7] = 2;
+	kv_mark_ref(&m);
+	kv_end(&a, 1, h, &rv);
+	CU_ASSERT(dirty[0] == 1u << 1);
+
+	snapshot_dirty(s, &p, dirty, 0);
+	CU_ASSERT(s->entries == 1 && s->read == CHUNK && dirty[0] == 0);
+	CU_ASSERT(p.sums[1] == kv_chunk_hash(chunk_at(&p, 1), CHUNK));
 	pool_free(&p);
 	free(s);
 }
@@ -998,6 +1040,7 @@ int main(void)
 		{ "mark_invalid", test_mark_invalid },
 		{ "sparse", test_sparse },
 		{ "dirty_full", test_dirty_full },
+		{ "mark_during_snapshot", test_mark_during_snapshot },
 		{ "stage_init", test_stage_init },
 		{ "concurrent", test_concurrent },
 		CU_TEST_INFO_NULL,

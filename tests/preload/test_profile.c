@@ -452,7 +452,9 @@ static const char *const vllm_want[] = {
 	"routing *grouped_topk_fused_small_expert_count_kernel* ids=p2:i32 weights=p1:f32 rows=p4 k=p7",
 	"kv *30reshape_and_cache_flash_kernelI*hLNS_18Fp8KVCacheDataTypeE* slots=p4:i64 count=grid.x block=p12 stride=p5:i64 pool=p2,p3",
 	"kv *30reshape_and_cache_flash_kernelIff* slots=p4:i64 count=grid.x block=p12 stride=p5:i64*4 pool=p2,p3",
-	"kv *30reshape_and_cache_flash_kernelI* slots=p4:i64 count=grid.x block=p12 stride=p5:i64*2 pool=p2,p3",
+	"kv *30reshape_and_cache_flash_kernelI13__nv_bfloat16S1_* slots=p4:i64 count=grid.x block=p12 stride=p5:i64*2 pool=p2,p3",
+	"kv *30reshape_and_cache_flash_kernelItt* slots=p4:i64 count=grid.x block=p12 stride=p5:i64*2 pool=p2,p3",
+	"kv *30reshape_and_cache_flash_kernelI* slots=p4:i64 count=grid.x block=p12 pool=p2,p3",
 	"kv *24reshape_and_cache_kernelI* slots=p4:i64 count=grid.x block=p9 pool=p2,p3",
 	"kv *27concat_and_cache_mla_kernelI* slots=p3:i64 count=grid.x block=p10 pool=p2",
 	"kv *30concat_and_cache_ds_mla_kernelI* slots=p3:i64 count=grid.x block=p10 pool=p2",
@@ -590,6 +592,8 @@ static void test_builtin_names(void)
 		{ "_ZN4vllm3moe25grouped_topk_fused_kernelIfiEEvPT_PfPiPKS1_iiiiibfi", "vllm",
 		  "*grouped_topk_fused_kernel*" },
 		{ "_ZN4vllm30reshape_and_cache_flash_kernelIttLNS_18Fp8KVCacheDataTypeE0EEEvPKT_S4_PT0_S6_PKllllliiiPKfSA_",
+		  "vllm", "*30reshape_and_cache_flash_kernelItt*" },
+		{ "_ZN4vllm30reshape_and_cache_flash_kernelI6__halfS1_LNS_18Fp8KVCacheDataTypeE0EEEvPKT_S5_PT0_S7_PKlllllliiiPKfSB_i",
 		  "vllm", "*30reshape_and_cache_flash_kernelI*" },
 		{ "_ZN4vllm24reshape_and_cache_kernelIttLNS_18Fp8KVCacheDataTypeE0EEEvPKT_S4_PT0_S6_PKliiiiiPKfSA_",
 		  "vllm", "*24reshape_and_cache_kernelI*" },
@@ -702,7 +706,7 @@ static void test_load_file(void)
 	CU_ASSERT_STRING_EQUAL(err, "/: not a regular file");
 
 	CU_ASSERT_EQUAL(profile_load("vllm", &p, err, sizeof err), 0);
-	CU_ASSERT_EQUAL(p.count, 26);
+	CU_ASSERT_EQUAL(p.count, 28);
 	profile_free(&p);
 	CU_ASSERT_EQUAL(profile_load("vlm", &p, err, sizeof err), -1);
 	CU_ASSERT_STRING_EQUAL(err, "unknown profile 'vlm' (built-in: auto, vllm, sglang, torch, llamacpp; "
@@ -1279,6 +1283,8 @@ static void test_eval_vllm_flash_stride(void)
 		{ "_ZN4vllm30reshape_and_cache_flash_kernelIthLNS_18Fp8KVCacheDataTypeE1EEEvPKT_S4_PT0_S6_PKlllllliiiPKfSA_i", 1 },
 		{ "_ZN4vllm30reshape_and_cache_flash_kernelIffLNS_18Fp8KVCacheDataTypeE0EEEvPKT_S4_PT0_S6_PKlllllliiiPKfSA_i", 4 },
 		{ "_ZN4vllm30reshape_and_cache_flash_kernelIttLNS_18Fp8KVCacheDataTypeE0EEEvPKT_S4_PT0_S6_PKlllllliiiPKfSA_i", 2 },
+		/* no such build: a cache type no rule names has no stride */
+		{ "_ZN4vllm30reshape_and_cache_flash_kernelI6__halfS1_LNS_18Fp8KVCacheDataTypeE0EEEvPKT_S5_PT0_S7_PKlllllliiiPKfSB_i", 0 },
 	};
 	struct profile p = { 0 };
 	struct rule_hit h;

@@ -33,7 +33,8 @@ routing *grouped_topk_fused_small_expert_count_kernel* ids=p2:i32 rows=p4 k=p7
 # block_size [12], key_cache [2], value_cache [3]
 kv *30reshape_and_cache_flash_kernelI*hLNS_18Fp8KVCacheDataTypeE* slots=p4:i64 count=grid.x block=p12 stride=p5:i64 pool=p2,p3
 kv *30reshape_and_cache_flash_kernelIff* slots=p4:i64 count=grid.x block=p12 stride=p5:i64*4 pool=p2,p3
-kv *30reshape_and_cache_flash_kernelI* slots=p4:i64 count=grid.x block=p12 stride=p5:i64*2 pool=p2,p3
+kv *30reshape_and_cache_flash_kernelI13__nv_bfloat16S1_* slots=p4:i64 count=grid.x block=p12 stride=p5:i64*2 pool=p2,p3
+kv *30reshape_and_cache_flash_kernelI* slots=p4:i64 count=grid.x block=p12 pool=p2,p3
 # KV: vLLM reshape_and_cache_kernel: [4] int64, block_size [9]; caches [2], [3]
 kv *24reshape_and_cache_kernelI* slots=p4:i64 count=grid.x block=p9 pool=p2,p3
 # KV: vLLM concat_and_cache_mla_kernel: [3] int64, block_size [10]; kv_cache [2]
