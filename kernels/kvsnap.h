@@ -187,8 +187,9 @@ struct kv_mark_args {
  * Parameters of moeft_kv_release (by value; one thread).  After a
  * window's snapshots, in their stream: when they staged every changed
  * chunk (ctl's overflow is 0), it stores gen into *flag, fenced at system
- * scope after everything the snapshots wrote; else it leaves the flag for
- * the host, which drains the staging area and has the rest staged first.
+ * scope after everything the snapshots wrote, unless the flag is at gen or
+ * past it already (cyclically); else it leaves the flag for the host,
+ * which drains the staging area and has the rest staged first.
  * The serving streams wait for the flag to reach gen (cuStreamWaitValue32,
  * a cyclic comparison), so a window that changed more than the staging
  * area holds holds them back instead of losing chunks.

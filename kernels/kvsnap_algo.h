@@ -263,9 +263,13 @@ ALGO_FN void kv_end(const struct kv_snap_args *a, uint64_t c, uint64_t h,
 
 /* ---- the release --------------------------------------------------------- */
 
+/* The flag only moves forward (cyclically): the host may have released a
+ * later boundary already (capture stopped), and an older release that
+ * ran after it would hold that boundary's streams again. */
 ALGO_FN void kv_release(const struct kv_release_args *a)
 {
-	if (a->ctl && a->flag && atom_ld_relaxed(&a->ctl->overflow) == 0)
+	if (a->ctl && a->flag && atom_ld_relaxed(&a->ctl->overflow) == 0 &&
+	    (int32_t)(atom_ld32(a->flag) - a->gen) < 0)
 		atom_publish32(a->flag, a->gen);
 }
 

@@ -132,17 +132,37 @@ static void reclaim_once(int *done)
  * staging area free. */
 #define CAP_POLL_BUSY_DIVISOR 10
 
+/* Another pass asked for on a thread other than the consumer's (a host
+ * wait delivering a mark): the step of its window, 0 when none.  The
+ * consumer enqueues it, in the context it is bound to. */
+static _Atomic uint64_t pass_wanted;
+static _Thread_local int on_consumer __attribute__((tls_model("initial-exec")));
+static int more_pass(uint64_t step);
+
 static void *consumer(void *arg)
 {
 	const struct timespec idle = { 0, CAP_POLL_NS },
 			      busy = { 0, CAP_POLL_NS / CAP_POLL_BUSY_DIVISOR };
-	int r, reclaimed = 0;
+	uint64_t step;
+	int reclaimed = 0;
 
+	on_consumer = 1;
 	shim_dev_bind_thread(NULL);	/* for its event queries */
 	while (!atomic_load_explicit(&cap.stop, memory_order_acquire)) {
+		/* Capture stopped: nothing commits any more, and no stream may
+		 * wait for a window (a late release could have set the flag
+		 * back to an older boundary's; it cannot, but say it again). */
+		if (!atomic_load_explicit(&cap.on, memory_order_acquire)) {
+			snap_release();
+			nanosleep(&idle, NULL);
+			continue;
+		}
 		pthread_mutex_lock(&cap.drain_lock);
-		if ((r = drain()) == 0 && snap_done() && (r = drain()) == 0 &&
-		    atomic_load_explicit(snap_busy(), memory_order_acquire)) {
+		if ((step = atomic_exchange(&pass_wanted, 0)))
+			more_pass(step);
+		if (drain() == 0 && snap_done() && drain() == 0 &&
+		    atomic_load_explicit(snap_busy(), memory_order_acquire) &&
+		    !atomic_load(&pass_wanted)) {
 			snap_forget();
 			wa_drop_held(cap.wa);
 			if (msg_first(&cap.said_mark))
@@ -150,8 +170,6 @@ static void *consumer(void *arg)
 					"full); the next window copies every KV chunk again");
 		}
 		pthread_mutex_unlock(&cap.drain_lock);
-		if (r < 0)
-			break;
 		reclaim_once(&reclaimed);
 		nanosleep(atomic_load_explicit(snap_busy(), memory_order_relaxed) ? &busy : &idle,
 			  NULL);
@@ -188,7 +206,7 @@ static void capture_close(void)
 	}
 	atomic_store_explicit(&cap.on, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&cap.drain_lock);
-	snap_release();
+	snap_close();
 }
 
 static void forked(void)
@@ -221,6 +239,11 @@ static struct cap_append_args ring_append(void)
 					 .prod = (struct cap_prod *)(uintptr_t)cap.prod };
 }
 
+static int capture_live(void)
+{
+	return atomic_load_explicit(&cap.on, memory_order_acquire);
+}
+
 /* The snapshot mark of the window that ends before step (window.h). */
 static struct cap_append_args window_mark(uint64_t step)
 {
@@ -232,7 +255,8 @@ static struct cap_append_args window_mark(uint64_t step)
 	return mark;
 }
 
-/* Another pass for the window ending at step (window.h's sink.more). */
+/* Another pass for the window ending at step (window.h's sink.more), on
+ * the consumer's thread, or left to it. */
 static int more_pass(uint64_t step)
 {
 	struct cap_append_args mark = window_mark(step);
@@ -240,6 +264,10 @@ static int more_pass(uint64_t step)
 
 	if (!atomic_load_explicit(&cap.on, memory_order_acquire))
 		return -1;
+	if (!on_consumer) {
+		atomic_store(&pass_wanted, step);
+		return 0;
+	}
 	if (snap_continue(&mark, why, sizeof why) == 0)
 		return 0;
 	capture_off(why);
@@ -252,7 +280,7 @@ static void capture_open(void)
 				.first_step = resume_active() ? resume_last_step() + 1 : 0,
 				.untracked = pools_untracked, .staged = snap_staged,
 				.restage = snap_restage, .more = more_pass,
-				.release = snap_release };
+				.release = snap_release, .live = capture_live };
 	char why[256];
 	void *host;
 	int r;

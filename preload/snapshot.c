@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "clock.h"
 #include "kernels.h"
@@ -72,8 +73,11 @@ static struct {
 	uint64_t flag_dev;
 	_Atomic uint32_t gen;       /* the boundary's: what the streams wait for */
 	uint64_t need;              /* most data a window has asked to stage */
-	int need_seen;              /* the open window's need is in it */
+	int need_seen;              /* the open window's need is in it, or is
+				       not to be (a forced or fresh pass, which
+				       stages what no window changed) */
 	uint64_t passes;            /* continuation passes, all windows */
+	atomic_int closed;          /* no consumer any more: no boundary */
 } sn = { .list = PTHREAD_MUTEX_INITIALIZER };
 
 static uint64_t nchunks(const struct pool *p)
@@ -182,12 +186,15 @@ void snap_forget(void)
 
 void snap_counts(struct snap_counts *c)
 {
-	int last = sn.read_pending && snap_staged();
+	int last;
 
+	pthread_mutex_lock(&sn.list);
+	last = sn.read_pending && snap_staged();
 	*c = (struct snap_counts){ sn.enqueued, sn.skipped, sn.ns, sn.gpu_ns, sn.gpu_timed,
 				   sn.read_bytes + (last ? sn.stage->read : 0),
 				   sn.first_read_bytes + (last ? sn.fresh_pending : 0), sn.passes,
 				   sn.stage ? sn.stage_len : 0 };
+	pthread_mutex_unlock(&sn.list);
 }
 
 /* The last boundary's device time, from its side stream's start to done,
@@ -233,24 +240,43 @@ static uint64_t chunk_state(uint64_t len)
 	return dev;
 }
 
-/* The release word, and whether streams can wait for it: a wait for 0,
- * which holds at once, tells.  Without it the serving streams wait for
- * the snapshot's end, and staging is sized to the pools. */
+#define POLLS_PER_SECOND 1000	/* of 1 ms */
+
+/*
+ * The release word, and whether streams can wait for it: a stream of its
+ * own waits for 1, the host stores 1, and the event after the wait must
+ * complete (a device that cannot see the host's store would hold the
+ * serving streams for good; the probe's stream is then left waiting,
+ * alone).  Without it the serving streams wait for the snapshot's end,
+ * and staging is sized to the pools.
+ */
 static void open_hold(void)
 {
-	void *host;
-	int r = shim_dev_host_alloc(sizeof(uint32_t), &host, &sn.flag_dev);
+	const struct timespec ms = { 0, 1000000 };
+	void *host, *probe = NULL, *seen = NULL;
+	int r, i;
 
-	if (r == 0) {
+	if ((r = shim_dev_host_alloc(sizeof(uint32_t), &host, &sn.flag_dev)) == 0) {
 		sn.flag = host;
 		atomic_store(sn.flag, 0);
-		r = shim_dev_wait_value(sn.side, sn.flag_dev, 0);
+		if ((r = shim_dev_stream(&probe)) == 0 && (r = shim_dev_event(&seen)) == 0 &&
+		    (r = shim_dev_wait_value(probe, sn.flag_dev, 1)) == 0 &&
+		    (r = shim_dev_record(seen, probe)) == 0) {
+			atomic_store(sn.flag, 1);
+			for (i = 0; (r = shim_dev_query(seen)) != 0 && i < POLLS_PER_SECOND; i++)
+				nanosleep(&ms, NULL);
+		}
 	}
 	sn.hold = r == 0;
-	if (!sn.hold)
-		msg_log(WAL_LOG_INFO, "capture: no stream memory operations (CUresult %d): "
-			"staging is sized to the KV pools, and a window that changes more than "
-			"it holds is committed KV-partial", r);
+	atomic_store(&sn.gen, 1);	/* the flag's value: every boundary's is newer */
+	if (sn.hold) {
+		shim_dev_event_free(seen);
+		shim_dev_stream_free(probe);
+		return;
+	}
+	msg_log(WAL_LOG_INFO, "capture: the serving streams cannot wait for a flag in "
+		"pinned memory (CUresult %d): staging is sized to the KV pools, and a window "
+		"that changes more than it holds is committed KV-partial", r);
 }
 
 static int open_streams(char *why, size_t whylen)
@@ -490,10 +516,10 @@ static void harvest(void)
 		return;
 	sn.read_bytes += sn.stage->read;
 	sn.first_read_bytes += sn.fresh_pending;
-	sn.fresh_pending = 0;
-	if (!sn.need_seen && sn.stage->used > sn.need)
+	if (!sn.need_seen && !sn.fresh_pending && sn.stage->used > sn.need)
 		sn.need = sn.stage->used;
 	sn.need_seen = 1;
+	sn.fresh_pending = 0;
 	sn.read_pending = 0;
 }
 
@@ -538,9 +564,11 @@ static int pass(const struct cap_append_args *mark, uint32_t force, int first, c
 				 why, whylen)) ||
 	    check(shim_dev_record(sn.copied, sn.side), "recording an event", why, whylen) ||
 	    check(kernels_append(sn.side, mark), "launching the snapshot mark", why, whylen) ||
+	    /* done before the release: a host wait that returns once the
+	     * streams go on finds the mark's pass done, and delivers it */
+	    check(shim_dev_record(sn.done, sn.side), "recording an event", why, whylen) ||
 	    (sn.hold && check(kernels_release(sn.side, &rel), "launching the release", why,
-			      whylen)) ||
-	    check(shim_dev_record(sn.done, sn.side), "recording an event", why, whylen))
+			      whylen)))
 		return -1;
 	atomic_store_explicit(&sn.armed, 1, memory_order_release);
 	sn.read_pending = 1;
@@ -556,7 +584,6 @@ static int enqueue(const struct cap_append_args *mark, void *const *lanes, unsig
 	/* The last window committed (not busy): its header is back, before
 	 * size_stage may free it. */
 	harvest();
-	sn.need_seen = 0;
 	if (open_streams(why, whylen) || size_stage(why, whylen))
 		return -1;
 	read_timing();
@@ -576,6 +603,7 @@ static int enqueue(const struct cap_append_args *mark, void *const *lanes, unsig
 	if (check(shim_dev_record(sn.start, sn.side), "recording an event", why, whylen))
 		return -1;
 	force = atomic_exchange_explicit(&sn.force, 0, memory_order_relaxed) ? KVSNAP_FORCE : 0;
+	sn.need_seen = force != 0;
 	if (pass(mark, force, 1, why, whylen) < 0)
 		return -1;
 	sn.timed = 1;
@@ -585,6 +613,9 @@ static int enqueue(const struct cap_append_args *mark, void *const *lanes, unsig
 			      check(shim_dev_wait(lanes[i], sn.done), "waiting for the snapshot",
 				    why, whylen))
 			return -1;
+	/* Closed meanwhile (snap_close): no consumer will release them. */
+	if (atomic_load(&sn.closed))
+		snap_release();
 	sn.enqueued++;
 	return 1;
 }
@@ -597,8 +628,8 @@ int snap_continue(const struct cap_append_args *mark, char *why, size_t whylen)
 		snprintf(why, whylen, "no back-pressure");
 		return -1;
 	}
-	harvest();
 	pthread_mutex_lock(&sn.list);
+	harvest();
 	if (pass(mark, 0, 0, why, whylen) == 0) {
 		sn.passes++;
 		r = 0;
@@ -612,8 +643,21 @@ int snap_continue(const struct cap_append_args *mark, char *why, size_t whylen)
 void snap_release(void)
 {
 	if (sn.flag)
-		atomic_store_explicit(sn.flag, atomic_load_explicit(&sn.gen, memory_order_relaxed),
-				      memory_order_release);
+		atomic_store(sn.flag, atomic_load(&sn.gen));
+}
+
+void snap_close(void)
+{
+	const struct timespec ms = { 0, 1000000 };
+
+	atomic_store(&sn.closed, 1);
+	snap_release();
+	/* A release kernel of an older boundary may still run: it never
+	 * moves the flag back, but store again once the side stream is
+	 * through, waiting for it a second at most. */
+	for (int i = 0; sn.done && shim_dev_query(sn.done) != 0 && i < POLLS_PER_SECOND; i++)
+		nanosleep(&ms, NULL);
+	snap_release();
 }
 
 int snap_boundary(const struct cap_append_args *mark, void *const *lanes, unsigned n,
@@ -622,6 +666,8 @@ int snap_boundary(const struct cap_append_args *mark, void *const *lanes, unsign
 	uint64_t t0;
 	int r;
 
+	if (atomic_load(&sn.closed))
+		return 0;
 	if (atomic_load_explicit(&sn.busy, memory_order_acquire)) {
 		sn.skipped++;
 		return 0;

@@ -111,6 +111,11 @@ int snap_continue(const struct cap_append_args *mark, char *why, size_t whylen);
  * that will not come.  Any thread. */
 void snap_release(void);
 
+/* No consumer any more (exit): release the streams, enqueue no boundary
+ * from now on, and release again once the side stream's last pass is
+ * through (a second at most). */
+void snap_close(void);
+
 /* The busy flag: set from a boundary until its window is committed. */
 atomic_int *snap_busy(void);
 

@@ -16,6 +16,8 @@
 #include "window.h"
 
 #define MAX_LANES 64u
+#define WA_PASSES_MAX 64u
+#define WA_HELD_MAX (UINT64_C(256) << 20)
 
 struct lane_step {
 	uint32_t lane;
@@ -43,6 +45,7 @@ struct window_asm {
 	uint8_t *hdata;
 	size_t hlen, hcap;
 	int taken;
+	unsigned passes;
 	unsigned nlanes;
 	struct lane_step lanes[MAX_LANES];
 	struct {
@@ -369,6 +372,7 @@ void wa_drop_held(struct window_asm *wa)
 {
 	wa->nheld = wa->hlen = 0;
 	wa->taken = 0;
+	wa->passes = 0;
 }
 
 /* The ring bytes a window of kvrefs KV references and the routing held in
@@ -485,7 +489,10 @@ static void commit(struct window_asm *wa, uint64_t end)
  * snapshot staged some chunks and found no room for others.  The staged
  * ones are then taken out of the staging area (held) and the pass is
  * asked for: 1.  Else 0: the window commits with what it has, KV-partial
- * when chunks found no room.
+ * when chunks found no room.  A window takes at most WA_PASSES_MAX passes
+ * and holds at most WA_HELD_MAX bytes: a forced window (every chunk of
+ * every pool) or writers the boundary does not hold would otherwise keep
+ * the serving streams waiting, and the bytes in memory, without end.
  */
 static int another_pass(struct window_asm *wa, uint64_t end)
 {
@@ -493,9 +500,13 @@ static int another_pass(struct window_asm *wa, uint64_t end)
 	const struct kv_stage_entry *t;
 	const uint8_t *data;
 
+	/* Past the bounds, what found no room stays marked (or unlike its
+	 * sum) and goes with the next window: this one is KV-partial. */
 	if (!s || !wa->sink.kvs || !wa->sink.more || !boundary_done(wa) || !s->overflow ||
-	    !staged_chunks(s, &t, &data) || hold_chunks(wa, s) < 0)
+	    !staged_chunks(s, &t, &data) || wa->passes >= WA_PASSES_MAX ||
+	    wa->hlen + s->used > WA_HELD_MAX || hold_chunks(wa, s) < 0)
 		return 0;
+	wa->passes++;
 	if (wa->sink.more(end) == 0)
 		return 1;
 	/* The held chunks are the staging area's: put them once. */
@@ -511,6 +522,10 @@ static void snapshot_mark(struct window_asm *wa, uint64_t end)
 	if (end > wa->first) {
 		if (another_pass(wa, end))
 			return;	/* busy stays set: the pass's mark comes back here */
+		/* Capture stopped meanwhile released the streams: the last
+		 * pass may have read the pools as they moved on. */
+		if (wa->sink.live && !wa->sink.live())
+			wa->flags |= WINDOW_KV_PARTIAL;
 		commit(wa, end);
 	}
 	/* Whatever its passes did, no stream waits for this window now. */

@@ -83,6 +83,9 @@ struct wa_sink {
 	int (*more)(uint64_t step);
 	/* No stream waits for the window any more (NULL: none ever does). */
 	void (*release)(void);
+	/* Whether capture is still on (NULL: always): when it stopped, the
+	 * streams were let go, and a window's last pass is not trusted. */
+	int (*live)(void);
 };
 
 struct wa_stats {
