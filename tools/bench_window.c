@@ -20,6 +20,8 @@
  *   staged_bytes    bytes the snapshot staged for the KV store (kv_bytes
  *                   per decode window): changed chunks, whole
  *   pinned_bytes    the pinned staging area; pinned_per_written
+ *   extra_passes    passes past a boundary's first, while the serving
+ *                   streams waited (a window larger than the staging)
  *   ring_overflows  capture entries the ring dropped (gaps)
  *
  * and the wall time of the two runs (one each).  The pieces: fxrun.h.
@@ -48,7 +50,7 @@
 struct figures {
 	uint64_t pool_mib, windows, window, steps;
 	uint64_t pool_bytes, tokens, decode_windows, boundaries, skipped, overflows;
-	uint64_t read_bytes, first_read_bytes, staged_bytes, pinned_bytes;
+	uint64_t read_bytes, first_read_bytes, staged_bytes, pinned_bytes, passes;
 	double written_per_window;	/* bytes */
 	double wall_s[2];		/* without, with the preload */
 };
@@ -75,10 +77,10 @@ static int read_summary(struct fxrun *c, struct figures *f)
 {
 	static const char *const keys[] = { "decode_windows", "boundaries", "skipped", "gaps",
 					     "kv_bytes", "kv_read_bytes", "kv_first_read_bytes",
-					     "kv_pinned_bytes" };
+					     "kv_pinned_bytes", "kv_passes" };
 	uint64_t *const into[] = { &f->decode_windows, &f->boundaries, &f->skipped,
 				   &f->overflows, &f->staged_bytes, &f->read_bytes,
-				   &f->first_read_bytes, &f->pinned_bytes };
+				   &f->first_read_bytes, &f->pinned_bytes, &f->passes };
 	char buf[16384], *line;
 	FILE *fp = fopen(c->err, "r");
 	size_t n = fp ? fread(buf, 1, sizeof buf - 1, fp) : 0;
@@ -167,6 +169,8 @@ static void print_text(const struct fxrun *c, const struct figures *f, const cha
 	printf("  pinned staging         %10" PRIu64 "   %10.1f   (goal <= 4)\n", f->pinned_bytes,
 	       per((double)f->pinned_bytes, f->written_per_window));
 	printf("  ring overflows         %10" PRIu64 "                (goal 0)\n", f->overflows);
+	printf("passes past the boundaries' first (staging short of a window): %" PRIu64 "\n",
+	       f->passes);
 	printf("read once, by the first window's snapshot (the pool whole): %" PRIu64 " bytes\n\n",
 	       f->first_read_bytes);
 	printf("wall time: %.3f s without the preload, %.3f s with it: %.3fx\n", f->wall_s[0],
@@ -202,6 +206,7 @@ static void print_json(const struct fxrun *c, const struct figures *f, const cha
 	json_kv_double(&j, "pinned_per_written",
 		       per((double)f->pinned_bytes, f->written_per_window));
 	json_kv_u64(&j, "ring_overflows", f->overflows);
+	json_kv_u64(&j, "extra_passes", f->passes);
 	json_kv_double(&j, "serve_s_base", f->wall_s[0]);
 	json_kv_double(&j, "serve_s_preload", f->wall_s[1]);
 	json_kv_double(&j, "serve_ratio", per(f->wall_s[1], f->wall_s[0]));
