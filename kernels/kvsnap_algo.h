@@ -178,6 +178,10 @@ ALGO_FN uint32_t kv_take_word(const struct kv_snap_args *a, uint64_t w)
 {
 	uint64_t past = kv_nchunks(a) - w * 32;
 
+	/* Most words are clear: a load, not an atomic, for those (a bit set
+	 * after it is a later write's, for the next snapshot). */
+	if (!atom_ld32(a->dirty + w))
+		return 0;
 	return atom_xchg32(a->dirty + w, 0) & (past >= 32 ? ~0u : (1u << past) - 1);
 }
 
