@@ -181,10 +181,11 @@ static void *consumer(void *arg)
 #define CAP_EXIT_WAIT_POLLS 1000
 
 /*
- * At exit: stop the consumer and deliver what the GPU has published, which
- * commits the windows whose boundaries ran; for the last boundary, wait up
+ * At exit: let the consumer finish the last boundary's window, waiting up
  * to a second for moeft's own side stream (never for the application's
- * work, and never with a device synchronize).  The open window stays
+ * work, and never with a device synchronize), then stop it and deliver
+ * what the GPU has published, which commits the windows whose boundaries
+ * ran.  The open window stays
  * uncommitted, as in a crash.  The ring stays mapped (the driver tears it
  * down), since a GPU may still write into it.
  */
@@ -195,15 +196,16 @@ static void capture_close(void)
 
 	if (atomic_load_explicit(&cap.forked, memory_order_acquire))
 		return;	/* the thread is the parent's */
+	/* The consumer finishes the last boundary's window: it alone runs
+	 * the further passes a window may need, in its own context. */
+	for (i = 0; i < CAP_EXIT_WAIT_POLLS && atomic_load_explicit(&cap.on, memory_order_acquire) &&
+	     atomic_load_explicit(snap_busy(), memory_order_acquire); i++)
+		nanosleep(&poll, NULL);
 	atomic_store_explicit(&cap.stop, 1, memory_order_release);
 	pthread_join(cap.thread, NULL);
 	pthread_mutex_lock(&cap.drain_lock);
-	for (i = 0; i < CAP_EXIT_WAIT_POLLS && atomic_load_explicit(&cap.on, memory_order_relaxed);
-	     i++) {
-		if (drain() < 0 || !atomic_load_explicit(snap_busy(), memory_order_acquire))
-			break;
-		nanosleep(&poll, NULL);
-	}
+	if (atomic_load_explicit(&cap.on, memory_order_relaxed))
+		drain();
 	atomic_store_explicit(&cap.on, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&cap.drain_lock);
 	snap_close();
