@@ -17,7 +17,7 @@
 
 #define MAX_LANES 64u
 #define WA_PASSES_MAX 64u
-#define WA_HELD_MAX (UINT64_C(256) << 20)
+#define WA_HELD_MAX (UINT64_C(1) << 30)
 
 struct lane_step {
 	uint32_t lane;
