@@ -456,6 +456,10 @@ static const char *const vllm_want[] = {
 	"kv *30reshape_and_cache_flash_kernelItt* slots=p4:i64 count=grid.x block=p12 stride=p5:i64*2 pool=p2,p3",
 	"kv *30reshape_and_cache_flash_kernelI* slots=p4:i64 count=grid.x block=p12 pool=p2,p3",
 	"kv *24reshape_and_cache_kernelI* slots=p4:i64 count=grid.x block=p9 pool=p2,p3",
+	"kv *27concat_and_cache_mla_kernelI*hLNS_18Fp8KVCacheDataTypeE* slots=p3:i64 count=grid.x block=p10 stride=p4 pool=p2",
+	"kv *27concat_and_cache_mla_kernelIff* slots=p3:i64 count=grid.x block=p10 stride=p4*4 pool=p2",
+	"kv *27concat_and_cache_mla_kernelI13__nv_bfloat16S1_* slots=p3:i64 count=grid.x block=p10 stride=p4*2 pool=p2",
+	"kv *27concat_and_cache_mla_kernelItt* slots=p3:i64 count=grid.x block=p10 stride=p4*2 pool=p2",
 	"kv *27concat_and_cache_mla_kernelI* slots=p3:i64 count=grid.x block=p10 pool=p2",
 	"kv *30concat_and_cache_ds_mla_kernelI* slots=p3:i64 count=grid.x block=p10 pool=p2",
 	"kv *38concat_and_cache_mla_rope_fused_kernelI* slots=p12:i64 count=grid.x block=p16 pool=p11",
@@ -706,7 +710,7 @@ static void test_load_file(void)
 	CU_ASSERT_STRING_EQUAL(err, "/: not a regular file");
 
 	CU_ASSERT_EQUAL(profile_load("vllm", &p, err, sizeof err), 0);
-	CU_ASSERT_EQUAL(p.count, 28);
+	CU_ASSERT_EQUAL(p.count, 32);
 	profile_free(&p);
 	CU_ASSERT_EQUAL(profile_load("vlm", &p, err, sizeof err), -1);
 	CU_ASSERT_STRING_EQUAL(err, "unknown profile 'vlm' (built-in: auto, vllm, sglang, torch, llamacpp; "
@@ -1316,6 +1320,51 @@ static void test_eval_vllm_flash_stride(void)
 	profile_free(&p);
 }
 
+/* vLLM's MLA cache write: block_stride [4], an int, in elements of the
+ * cache type, as for the flash kernel (names from the 0.33.0 corpus). */
+static void test_eval_vllm_mla_stride(void)
+{
+	static const unsigned grid[3] = { 4, 1, 1 }, block[3] = { 576, 1, 1 };
+	static const struct { const char *name; int64_t bytes; } t[] = {
+		{ "_ZN4vllm27concat_and_cache_mla_kernelI13__nv_bfloat16S1_LNS_18Fp8KVCacheDataTypeE0EEEvPKT_S5_PT0_PKliiiiiiiPKf", 2 },
+		{ "_ZN4vllm27concat_and_cache_mla_kernelI13__nv_bfloat16S1_LNS_18Fp8KVCacheDataTypeE0ELb1EEEvPKT_S5_PT0_PKliiiiiiiPKf", 2 },
+		{ "_ZN4vllm27concat_and_cache_mla_kernelI13__nv_bfloat16hLNS_18Fp8KVCacheDataTypeE1ELb0EEEvPKT_S5_PT0_PKliiiiiiiPKf", 1 },
+		{ "_ZN4vllm27concat_and_cache_mla_kernelIffLNS_18Fp8KVCacheDataTypeE0EEEvPKT_S4_PT0_PKliiiiiiiPKf", 4 },
+		{ "_ZN4vllm27concat_and_cache_mla_kernelIttLNS_18Fp8KVCacheDataTypeE0ELb0EEEvPKT_S4_PT0_PKliiiiiiiPKf", 2 },
+	};
+	struct profile p = { 0 };
+	struct rule_hit h;
+	struct fake f;
+	char err[256];
+	size_t i;
+	int at, j;
+
+	CU_ASSERT_EQUAL_FATAL(profile_builtin("vllm", &p, err, sizeof err), 0);
+	memset(&f, 0, sizeof f);
+	for (j = 0; j < 4; j++)
+		fake_ptr(&f, 0xa000 + 0x1000 * (uint64_t)j);	/* kv_c, k_pe, kv_cache, slots */
+	fake_i32(&f, 64 * 576);		/* block_stride */
+	fake_i32(&f, 576);		/* entry_stride */
+	fake_i32(&f, 512);		/* kv_c_stride */
+	fake_i32(&f, 64);		/* k_pe_stride */
+	fake_i32(&f, 512);		/* kv_lora_rank */
+	fake_i32(&f, 64);		/* pe_dim */
+	fake_i32(&f, 64);		/* block_size */
+	fake_ptr(&f, 0);		/* scale */
+	for (i = 0; i < sizeof t / sizeof t[0]; i++) {
+		at = profile_match(&p, t[i].name);
+		CU_ASSERT_FATAL(at >= 0);
+		CU_ASSERT_EQUAL(rule_eval(&p.rules[at], f.args, f.sizes, f.n, grid, block, &h), 1);
+		CU_ASSERT_EQUAL(h.ptr, 0xd000);
+		CU_ASSERT_EQUAL(h.block, 64);
+		CU_ASSERT_EQUAL(h.npool, 1);
+		CU_ASSERT_EQUAL(h.pool[0], 0xc000);
+		CU_ASSERT_EQUAL(h.stride, 64 * 576 * t[i].bytes);
+	}
+	fake_free(&f);
+	profile_free(&p);
+}
+
 static CU_TestInfo glob_tests[] = {
 	{ "table: empty, *, **, ?, anchors, backtracking", test_glob_table },
 	{ "200 stars and *a*a...*b on 4 KiB names stay fast", test_glob_no_blowup },
@@ -1412,6 +1461,7 @@ static CU_TestInfo eval_tests[] = {
 	{ "impossible values and NULL pointers", test_eval_impossible_values },
 	{ "vLLM reshape_and_cache_flash_kernel", test_eval_vllm_flash },
 	{ "vLLM reshape_and_cache_flash_kernel: stride by cache type", test_eval_vllm_flash_stride },
+	{ "vLLM concat_and_cache_mla_kernel: stride by cache type", test_eval_vllm_mla_stride },
 	{ "rule_fits: positions against parameter tables", test_fits },
 	CU_TEST_INFO_NULL
 };

@@ -38,6 +38,7 @@ kv *30reshape_and_cache_flash_kernelI* slots=p4:i64 count=grid.x block=p12 pool=
 # KV: vLLM reshape_and_cache_kernel: [4] int64, block_size [9]; caches [2], [3]
 kv *24reshape_and_cache_kernelI* slots=p4:i64 count=grid.x block=p9 pool=p2,p3
 # KV: vLLM concat_and_cache_mla_kernel: [3] int64, block_size [10]; kv_cache [2]
+kv *27concat_and_cache_mla_kernelIff* slots=p3:i64 count=grid.x block=p10 stride=p4*4 pool=p2
 kv *27concat_and_cache_mla_kernelI* slots=p3:i64 count=grid.x block=p10 pool=p2
 # KV: vLLM concat_and_cache_mla_kernel row, "(and ds_mla)": same positions
 kv *30concat_and_cache_ds_mla_kernelI* slots=p3:i64 count=grid.x block=p10 pool=p2
