@@ -1275,12 +1275,48 @@ static void test_eval_vllm_flash(void)
 	profile_free(&p);
 }
 
+/* A cache write's name and the bytes of its cache type's element (0: no
+ * rule gives that type a stride). */
+struct stride_case {
+	const char *name;
+	int64_t bytes;
+};
+
+/*
+ * Each of t[0..n) against the launch f of the built-in vllm profile: its
+ * rule applies, reads the slots at want->ptr, want->block slots a block
+ * and the pool at want->pool[0], and gives a stride of `elements` times
+ * the case's element bytes.
+ */
+static void check_strides(const struct stride_case *t, size_t n, const struct fake *f,
+			  unsigned rows, const struct rule_hit *want, int64_t elements)
+{
+	const unsigned grid[3] = { rows, 1, 1 }, block[3] = { 128, 1, 1 };
+	struct profile p = { 0 };
+	struct rule_hit h;
+	char err[256];
+	size_t i;
+	int at;
+
+	CU_ASSERT_EQUAL_FATAL(profile_builtin("vllm", &p, err, sizeof err), 0);
+	for (i = 0; i < n; i++) {
+		at = profile_match(&p, t[i].name);
+		CU_ASSERT_FATAL(at >= 0);
+		CU_ASSERT_EQUAL(rule_eval(&p.rules[at], f->args, f->sizes, f->n, grid, block, &h),
+				1);
+		CU_ASSERT_EQUAL(h.ptr, want->ptr);
+		CU_ASSERT_EQUAL(h.block, want->block);
+		CU_ASSERT_EQUAL(h.pool[0], want->pool[0]);
+		CU_ASSERT_EQUAL(h.stride, elements * t[i].bytes);
+	}
+	profile_free(&p);
+}
+
 /* The flash rule's block stride in bytes follows the cache type, the
  * template's second argument (names from tests/engines/vllm-0.33.0.tsv). */
 static void test_eval_vllm_flash_stride(void)
 {
-	static const unsigned grid[3] = { 4, 1, 1 }, block[3] = { 128, 1, 1 };
-	static const struct { const char *name; int64_t bytes; } t[] = {
+	static const struct stride_case t[] = {
 		{ "_ZN4vllm30reshape_and_cache_flash_kernelI13__nv_bfloat16S1_LNS_18Fp8KVCacheDataTypeE0EEEvPKT_S5_PT0_S7_PKlllllliiiPKfSB_i", 2 },
 		{ "_ZN4vllm30reshape_and_cache_flash_kernelI13__nv_bfloat16hLNS_18Fp8KVCacheDataTypeE1EEEvPKT_S5_PT0_S7_PKlllllliiiPKfSB_i", 1 },
 		{ "_ZN4vllm30reshape_and_cache_flash_kernelIfhLNS_18Fp8KVCacheDataTypeE2EEEvPKT_S4_PT0_S6_PKlllllliiiPKfSA_i", 1 },
@@ -1290,56 +1326,41 @@ static void test_eval_vllm_flash_stride(void)
 		/* no such build: a cache type no rule names has no stride */
 		{ "_ZN4vllm30reshape_and_cache_flash_kernelI6__halfS1_LNS_18Fp8KVCacheDataTypeE0EEEvPKT_S5_PT0_S7_PKlllllliiiPKfSB_i", 0 },
 	};
-	struct profile p = { 0 };
-	struct rule_hit h;
+	const struct rule_hit want = { .ptr = 0xe000, .block = 16, .pool = { 0xc000 } };
 	struct fake f;
-	char err[256];
-	size_t i;
-	int at, j;
+	int j;
 
-	CU_ASSERT_EQUAL_FATAL(profile_builtin("vllm", &p, err, sizeof err), 0);
 	memset(&f, 0, sizeof f);
 	for (j = 0; j < 5; j++)
-		fake_ptr(&f, 0xa000 + 0x1000 * (uint64_t)j);
+		fake_ptr(&f, 0xa000 + 0x1000 * (uint64_t)j);	/* key .. slot_mapping */
 	fake_i64(&f, 8 * 16 * 64);	/* block_stride, in elements */
 	for (j = 0; j < 4; j++)
 		fake_i64(&f, 64);
 	fake_i32(&f, 8);
 	fake_i32(&f, 64);
-	fake_i32(&f, 16);
+	fake_i32(&f, 16);		/* block_size */
 	fake_ptr(&f, 0);
 	fake_ptr(&f, 0);
 	fake_i32(&f, 0);
-	for (i = 0; i < sizeof t / sizeof t[0]; i++) {
-		at = profile_match(&p, t[i].name);
-		CU_ASSERT_FATAL(at >= 0);
-		CU_ASSERT_EQUAL(rule_eval(&p.rules[at], f.args, f.sizes, f.n, grid, block, &h), 1);
-		CU_ASSERT_EQUAL(h.stride, 8 * 16 * 64 * t[i].bytes);
-	}
+	check_strides(t, sizeof t / sizeof t[0], &f, 4, &want, 8 * 16 * 64);
 	fake_free(&f);
-	profile_free(&p);
 }
 
 /* vLLM's MLA cache write: block_stride [4], an int, in elements of the
  * cache type, as for the flash kernel (names from the 0.33.0 corpus). */
 static void test_eval_vllm_mla_stride(void)
 {
-	static const unsigned grid[3] = { 4, 1, 1 }, block[3] = { 576, 1, 1 };
-	static const struct { const char *name; int64_t bytes; } t[] = {
+	static const struct stride_case t[] = {
 		{ "_ZN4vllm27concat_and_cache_mla_kernelI13__nv_bfloat16S1_LNS_18Fp8KVCacheDataTypeE0EEEvPKT_S5_PT0_PKliiiiiiiPKf", 2 },
 		{ "_ZN4vllm27concat_and_cache_mla_kernelI13__nv_bfloat16S1_LNS_18Fp8KVCacheDataTypeE0ELb1EEEvPKT_S5_PT0_PKliiiiiiiPKf", 2 },
 		{ "_ZN4vllm27concat_and_cache_mla_kernelI13__nv_bfloat16hLNS_18Fp8KVCacheDataTypeE1ELb0EEEvPKT_S5_PT0_PKliiiiiiiPKf", 1 },
 		{ "_ZN4vllm27concat_and_cache_mla_kernelIffLNS_18Fp8KVCacheDataTypeE0EEEvPKT_S4_PT0_PKliiiiiiiPKf", 4 },
 		{ "_ZN4vllm27concat_and_cache_mla_kernelIttLNS_18Fp8KVCacheDataTypeE0ELb0EEEvPKT_S4_PT0_PKliiiiiiiPKf", 2 },
 	};
-	struct profile p = { 0 };
-	struct rule_hit h;
+	const struct rule_hit want = { .ptr = 0xd000, .block = 64, .pool = { 0xc000 } };
 	struct fake f;
-	char err[256];
-	size_t i;
-	int at, j;
+	int j;
 
-	CU_ASSERT_EQUAL_FATAL(profile_builtin("vllm", &p, err, sizeof err), 0);
 	memset(&f, 0, sizeof f);
 	for (j = 0; j < 4; j++)
 		fake_ptr(&f, 0xa000 + 0x1000 * (uint64_t)j);	/* kv_c, k_pe, kv_cache, slots */
@@ -1351,18 +1372,8 @@ static void test_eval_vllm_mla_stride(void)
 	fake_i32(&f, 64);		/* pe_dim */
 	fake_i32(&f, 64);		/* block_size */
 	fake_ptr(&f, 0);		/* scale */
-	for (i = 0; i < sizeof t / sizeof t[0]; i++) {
-		at = profile_match(&p, t[i].name);
-		CU_ASSERT_FATAL(at >= 0);
-		CU_ASSERT_EQUAL(rule_eval(&p.rules[at], f.args, f.sizes, f.n, grid, block, &h), 1);
-		CU_ASSERT_EQUAL(h.ptr, 0xd000);
-		CU_ASSERT_EQUAL(h.block, 64);
-		CU_ASSERT_EQUAL(h.npool, 1);
-		CU_ASSERT_EQUAL(h.pool[0], 0xc000);
-		CU_ASSERT_EQUAL(h.stride, 64 * 576 * t[i].bytes);
-	}
+	check_strides(t, sizeof t / sizeof t[0], &f, 4, &want, 64 * 576);
 	fake_free(&f);
-	profile_free(&p);
 }
 
 static CU_TestInfo glob_tests[] = {
