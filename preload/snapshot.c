@@ -406,14 +406,21 @@ static int size_stage(char *why, size_t whylen)
 	return 0;
 }
 
-/* The live pool holding device address addr, or NULL. */
+/* The live pool holding device address addr, or NULL.  A model's KV
+ * launches name its pools in the order they were added, layer after
+ * layer: the search starts where the last one ended, and mostly takes a
+ * step or two however many layers there are.  Under the caller's lock. */
 static struct pool *pool_at(uint64_t addr)
 {
-	for (unsigned i = 0; i < sn.npools; i++) {
+	static unsigned from;
+
+	for (unsigned k = 0, i = from; k < sn.npools; k++, i = i + 1 < sn.npools ? i + 1 : 0) {
 		struct pool *p = &sn.pools[i];
 
-		if (addr - p->base < p->size && atomic_load(&p->live))
+		if (addr - p->base < p->size && atomic_load(&p->live)) {
+			from = i;
 			return p;
+		}
 	}
 	return NULL;
 }
