@@ -144,6 +144,7 @@ static void *consumer(void *arg)
 	const struct timespec idle = { 0, CAP_POLL_NS },
 			      busy = { 0, CAP_POLL_NS / CAP_POLL_BUSY_DIVISOR };
 	uint64_t step;
+	unsigned npass;
 	int reclaimed = 0;
 
 	on_consumer = 1;
@@ -160,14 +161,20 @@ static void *consumer(void *arg)
 		pthread_mutex_lock(&cap.drain_lock);
 		if ((step = atomic_exchange(&pass_wanted, 0)))
 			more_pass(step);
-		if (drain() == 0 && snap_done() && drain() == 0 &&
-		    atomic_load_explicit(snap_busy(), memory_order_acquire) &&
-		    !atomic_load(&pass_wanted)) {
-			snap_forget();
-			wa_drop_held(cap.wa);
-			if (msg_first(&cap.said_mark))
-				msg_log(WAL_LOG_WARN, "capture: a window's end was lost (capture ring "
-					"full); the next window copies every KV chunk again");
+		/* A mark lost: the pass is done, a drain after it delivered no
+		 * mark that ended the window or asked for another pass. */
+		if (drain() == 0) {
+			npass = snap_passes();
+			if (snap_done() && drain() == 0 &&
+			    atomic_load_explicit(snap_busy(), memory_order_acquire) &&
+			    snap_passes() == npass && !atomic_load(&pass_wanted)) {
+				snap_forget();
+				wa_drop_held(cap.wa);
+				if (msg_first(&cap.said_mark))
+					msg_log(WAL_LOG_WARN, "capture: a window's end was lost "
+						"(capture ring full); the next window copies every "
+						"KV chunk again");
+			}
 		}
 		pthread_mutex_unlock(&cap.drain_lock);
 		reclaim_once(&reclaimed);

@@ -78,6 +78,7 @@ static struct {
 				       stages what no window changed) */
 	uint64_t passes;            /* continuation passes, all windows */
 	atomic_int closed;          /* no consumer any more: no boundary */
+	atomic_uint npass;          /* passes enqueued, first ones included */
 } sn = { .list = PTHREAD_MUTEX_INITIALIZER };
 
 static uint64_t nchunks(const struct pool *p)
@@ -165,6 +166,11 @@ int snap_done(void)
 	return atomic_load_explicit(&sn.busy, memory_order_acquire) &&
 	       atomic_load_explicit(&sn.armed, memory_order_acquire) &&
 	       shim_dev_query(sn.done) == 0;
+}
+
+unsigned snap_passes(void)
+{
+	return atomic_load(&sn.npass);
 }
 
 int snap_staged(void)
@@ -577,6 +583,7 @@ static int pass(const struct cap_append_args *mark, uint32_t force, int first, c
 	    (sn.hold && check(kernels_release(sn.side, &rel), "launching the release", why,
 			      whylen)))
 		return -1;
+	atomic_fetch_add(&sn.npass, 1);
 	atomic_store_explicit(&sn.armed, 1, memory_order_release);
 	sn.read_pending = 1;
 	return 0;

@@ -123,12 +123,14 @@ atomic_int *snap_busy(void);
  * A lost snapshot mark (an append the GPU dropped because the ring was
  * full) would leave busy set for good.  The consumer's check: once the
  * boundary's device work has completed (snap_done), a drain must deliver
- * the mark; when busy is still set after it, the mark is lost, and the
- * chunks it staged never reached the KV store although their sums say
- * they did.  snap_forget then has the next snapshot stage every chunk
- * (KVSNAP_FORCE) and clears busy.
+ * the mark; when busy is still set after it, and that drain enqueued no
+ * further pass (snap_passes counts them: the mark it delivered may have
+ * asked for one), the mark is lost, and the chunks it staged never reached
+ * the KV store although their sums say they did.  snap_forget then has the
+ * next snapshot stage every chunk (KVSNAP_FORCE) and clears busy.
  */
 int snap_done(void);
+unsigned snap_passes(void);
 void snap_forget(void);
 
 /* Whether the staging header of the boundary whose mark arrived is back
