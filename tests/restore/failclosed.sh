@@ -66,7 +66,11 @@ refused badvar 2 "MOEFT_WINDOW" MOEFT_WINDOW=0 -- --preload "$lib"
 fresh held
 flock -x -F "$dir/held.wal" sleep 30 &
 holder=$!
-sleep 0.2
+# Until the holder has the lock (a fixed pause lost the race under load).
+while flock -n -x "$dir/held.wal" true; do
+	kill -0 $holder 2>/dev/null || fail "held: the lock holder ended"
+	sleep 0.05
+done
 refused held 1 "in use by another writer" -- --preload "$lib"
 "$moeft" restore --wal "$dir/held.wal" --out "$dir/held.restore" >/dev/null 2>"$dir/held.off"
 status=$?
