@@ -34,6 +34,7 @@
 #include "logname.h"
 #include "logset.h"
 #include "launch.h"
+#include "leftovers.h"
 #include "media.h"
 #include "plan.h"
 #include "record.h"
@@ -66,6 +67,9 @@ struct restore {
 	int json;
 	const char *wal, *out;
 	char **cmdv;                    /* the command after "--"; NULL: offline */
+	const char *logs_dir;           /* a directory of logs (logname.h) that
+					   --wal names or CMD's own log is in;
+					   NULL: --wal names one log */
 	int dir;                        /* the output directory */
 	int hold;                       /* the log, held against writers */
 	struct state s;
@@ -1101,6 +1105,24 @@ static int preflight(struct restore *rs, const char *wal)
 	return trusted(rs, wal) < 0 || trusted(rs, kvs) < 0 ? EXIT_USAGE : 0;
 }
 
+/* What the server's dead processes left in /dev/shm, by the lists they
+ * kept beside their logs (leftovers.h): removed before CMD starts. */
+static void clean_shm(const struct restore *rs)
+{
+	struct leftovers left = { 0 };
+	uint64_t bytes = 0;
+	char size[32];
+	size_t n;
+
+	if (!rs->logs_dir)
+		return;
+	leftovers_note_lists(&left, rs->logs_dir, "moeft restore");
+	if ((n = leftovers_clean(&left, &bytes)))
+		fprintf(stderr, "moeft restore: removed %zu file%s (%s) the server's processes "
+			"left in /dev/shm\n", n, n == 1 ? "" : "s",
+			cli_fmt_bytes(size, sizeof size, bytes));
+}
+
 /*
  * Online: start the command, in restore mode when there is something to
  * restore and it restored whole, fresh when the log has no decode window
@@ -1141,6 +1163,7 @@ static int bring_back(struct restore *rs, const char *preload, int fresh /* 1: a
 	if (!fresh && rs->dir >= 0 && fcntl(rs->dir, F_SETFD, 0) < 0)
 		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "--out %s: %s", rs->out,
 				strerror(errno));
+	clean_shm(rs);
 	launch_exec(rs->cmdv, preload, wal, fresh ? NULL : plan);
 	return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "cannot start %s: %s", rs->cmdv[0],
 			strerror(errno));
@@ -1218,6 +1241,7 @@ static int bring_back_set(struct restore *proto, const struct logset *set, const
 	if (fresh) {
 		fprintf(stderr, "moeft restore: --force-fresh: starting %s without restoring\n",
 			proto->cmdv[0]);
+		clean_shm(proto);
 		launch_exec(proto->cmdv, preload, strcat(dir, "/"), NULL);
 		return cli_fail(proto->cmd, proto->json, EXIT_USAGE, "cannot start %s: %s",
 				proto->cmdv[0], strerror(errno));
@@ -1286,6 +1310,7 @@ static int bring_back_set(struct restore *proto, const struct logset *set, const
 	fprintf(stderr, "moeft restore: %zu logs restored into %s; each process of %s takes the "
 		"state of its own log, by name, and one of another name starts fresh\n", set->n,
 		real, proto->cmdv[0]);
+	clean_shm(proto);
 	launch_exec(proto->cmdv, preload, strcat(dir, "/"), real);
 	return cli_fail(proto->cmd, proto->json, EXIT_USAGE, "cannot start %s: %s", proto->cmdv[0],
 			strerror(errno));
@@ -1517,6 +1542,7 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 	struct restore rs = { .cmd = cmd, .dir = -1, .hold = -1, .at_step = STATE_NEWEST,
 			      .lock = PTHREAD_MUTEX_INITIALIZER };
 	char preload[PATH_MAX], out[PATH_MAX], wal[PATH_MAX], msg[PATH_MAX + 128];
+	char logs_dir[PATH_MAX], *slash;
 	const char *lib = NULL;
 	struct logset set;
 	struct stat st;
@@ -1565,6 +1591,13 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 		set = (struct logset){ 0 };	/* rs.wal is what to give CMD */
 	else if (logset_open(&set, rs.wal, msg, sizeof msg) < 0)
 		return cli_fail(cmd, rs.json, EXIT_USAGE, "--wal %s", msg);
+	if (own || set.dir) {
+		snprintf(logs_dir, sizeof logs_dir, "%s", rs.wal);
+		if ((stat(logs_dir, &st) < 0 || !S_ISDIR(st.st_mode)) &&
+		    (slash = strrchr(logs_dir, '/')))
+			*slash = '\0';	/* CMD's own log: its directory */
+		rs.logs_dir = logs_dir;
+	}
 	if (set.dir && !rs.cmdv) {
 		ret = logset_need_one(&set, rs.wal, msg, sizeof msg) < 0 ?
 		      cli_fail(cmd, rs.json, EXIT_USAGE, "--wal %s", msg) : run_set(&rs, &set);
@@ -1633,7 +1666,10 @@ const struct cli_command cmd_restore = {
 	"restore would fail: a KV state that is not whole (lost chunks, no KV\n"
 	"store, damage in the log), a log a live writer holds, a --preload that is\n"
 	"no moeft preload library, or an environment the preload would refuse\n"
-	"(MOEFT_DISABLE=1, a bad MOEFT_* value).\n"
+	"(MOEFT_DISABLE=1, a bad MOEFT_* value).  Before CMD starts, the shared\n"
+	"memory files (Python's psm_* and sem.mp-*, torch_*) that the logs'\n"
+	"processes created, listed beside their logs, are removed from /dev/shm\n"
+	"when their process is gone and no live process uses them.\n"
 	"\n"
 	"  -w, --wal PATH   the log file or device-DAX node, or a directory of logs,\n"
 	"                   one per process of a server: each into DIR/NAME as of\n"

@@ -9,6 +9,7 @@
     e2e.py kill LEADER SHM_BEFORE
     e2e.py ident PID
     e2e.py shm-list OUT
+    e2e.py shm-gone LEFT SERVER_LOG
     e2e.py prefix BASELINE CRASH
     e2e.py check BASELINE RESUBMIT BLOCK [DAMAGE]
     e2e.py damage MOEFT WAL_DIR MODEL_DIR BLOCKS WORK OUT
@@ -171,7 +172,9 @@ def shm_in_use(pids: list[int] | None = None) -> set[str]:
 
 def kill_server(ident: str, shm_before: Path) -> None:
     """Kill the server that ident (PID@START, cmd_ident) names, unless that
-    pid is another process's by now."""
+    pid is another process's by now.  With E2E_LEAVE_SHM=FILE in the
+    environment, the files it would remove from /dev/shm are left there
+    for moeft restore to remove, and their names written to FILE."""
     t0 = time.monotonic()
     leader, _, start = ident.partition("@")
     if (now := started(int(leader))) and now != int(start or 0):
@@ -216,10 +219,14 @@ def kill_server(ident: str, shm_before: Path) -> None:
     before = set(shm_before.read_text().split()) if shm_before.exists() else set()
     new = (shm_psm() - before) & theirs
     used = shm_in_use()
+    leave = os.environ.get("E2E_LEAVE_SHM")
     gone, kept, freed = [], [], 0
     for name in sorted(new):
         if name in used:
             kept.append(name)
+            continue
+        if leave:
+            gone.append(name)
             continue
         try:
             f = SHM / name
@@ -228,11 +235,14 @@ def kill_server(ident: str, shm_before: Path) -> None:
             gone.append(name)
         except FileNotFoundError:
             pass
+    if leave:
+        Path(leave).write_text("".join(f"{name}\n" for name in gone))
     say(f"killed the server (process group {leader}"
         + ("" if group else ", gone already")
         + (f", and {len(outside)} processes outside it" if outside else "")
         + f"; {time.monotonic() - t0:.1f} s); "
-        f"removed {len(gone)} files it left in /dev/shm ({freed >> 20} MiB)"
+        + (f"left {len(gone)} files it left in /dev/shm to moeft restore" if leave else
+           f"removed {len(gone)} files it left in /dev/shm ({freed >> 20} MiB)")
         + (f"; kept {len(kept)} a live process uses" if kept else ""))
 
 
@@ -497,6 +507,23 @@ def cmd_shm_list(out: str) -> None:
     Path(out).write_text("\n".join(sorted(shm_psm())) + "\n")
 
 
+def cmd_shm_gone(left_file: str, server_log: str) -> None:
+    """moeft restore removed every file a killed server left in /dev/shm
+    (left_file, from E2E_LEAVE_SHM), and said so in server_log."""
+    left = Path(left_file).read_text().split()
+    if not left:
+        fail(f"{left_file}: the killed server left nothing in /dev/shm to remove")
+    there = [n for n in left if (SHM / n).exists()]
+    said = re.findall(r"^moeft restore: removed (\d+) files? \(.*\) the server's processes "
+                      r"left in /dev/shm$", Path(server_log).read_text(), re.M)
+    if there:
+        fail(f"moeft restore left {len(there)} of the {len(left)} files: {there[:4]}")
+    if len(said) != 1 or int(said[0]) < len(left):
+        fail(f"moeft restore said it removed {said or 'nothing'}, want at least {len(left)}")
+    say(f"moeft restore removed all {len(left)} files the killed server left in /dev/shm "
+        f"(it said {said[0]})")
+
+
 # --- damage -------------------------------------------------------------
 
 def parse_requests(buf: bytes) -> list[dict[str, Any]]:
@@ -619,6 +646,7 @@ def main(argv: list[str]) -> None:
     cmds = {"port": cmd_port, "prompts": cmd_prompts, "health": cmd_health,
             "baseline": cmd_baseline, "crash": cmd_crash, "kill-at": cmd_kill_at,
             "kill": lambda leader, shm: kill_server(leader, Path(shm)), "shm-list": cmd_shm_list,
+            "shm-gone": cmd_shm_gone,
             "prefix": cmd_prefix, "ident": cmd_ident,
             "check": cmd_check, "damage": cmd_damage}
     if not argv or argv[0] not in cmds:

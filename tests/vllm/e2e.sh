@@ -14,11 +14,13 @@
 #   b  crash: the same server under the preload with moeft.vllm's
 #      MoeftConnector; the same requests, streamed; kill -9 of every process
 #      of the server once each has AFTER tokens; the tokens seen before the
-#      kill equal the baseline's; the log directory verifies
+#      kill equal the baseline's; the log directory verifies; what the
+#      server left in /dev/shm stays there (c checks it is removed)
 #   c  restore: moeft restore --wal DIR -- <the same server>, then moeft
 #      resubmit: every request's tokens equal the baseline's, and its
 #      prompt and the tokens before the restored window came from the
-#      restored KV (cached_tokens >= prompt + resumed_from - one block)
+#      restored KV (cached_tokens >= prompt + resumed_from - one block);
+#      moeft restore alone removed every file b's server left in /dev/shm
 #   d  a second crash: restore (a copy of) b's logs, resubmit, kill the
 #      server an eighth of the way through what the requests had left
 #      (from when its log says they resumed, tests/vllm/e2e.py kill-at),
@@ -260,8 +262,8 @@ if has b; then
 	elif ! start "$work/server-b.log" MOEFT_WAL="$wal/" MOEFT_WAL_SIZE=64M \
 			LD_PRELOAD="$preload" -- "${server[@]}" "${connector[@]}"; then
 		notok "crash" "the server did not come up under the preload (log $work/server-b.log)"
-	elif ! helper crash "$url" "$work/prompts.json" "$max_tokens" "$after" "$running" \
-			"$work/shm-before" "$work/crash.json"; then
+	elif ! E2E_LEAVE_SHM=$work/shm-left helper crash "$url" "$work/prompts.json" \
+			"$max_tokens" "$after" "$running" "$work/shm-before" "$work/crash.json"; then
 		running=
 		notok "crash" "no kill mid-decode (above)"
 	else
@@ -289,6 +291,13 @@ if has c; then
 	phase "c: restore and resubmit"
 	if ((b_ok)); then
 		restore_and_check restore "$wal" "$work/server-c.log"
+		# The kill in b left the server's files in /dev/shm: moeft
+		# restore, alone, removed them by the preload's lists.
+		if helper shm-gone "$work/shm-left" "$work/server-c.log"; then
+			ok "restore cleans /dev/shm"
+		else
+			notok "restore cleans /dev/shm" "see above"
+		fi
 	else
 		notok "restore" "no crashed state (phase b)"
 	fi
