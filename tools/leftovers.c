@@ -73,17 +73,18 @@ static void consider(struct names *s, const char *path)
 		add(s, path);
 }
 
-/* Add the shared files process pid maps or holds open. */
-static void used_by(struct names *s, pid_t pid)
+/* Add the shared files that the process or thread at proc (/proc/PID, or
+ * /proc/PID/task/TID) maps or holds open. */
+static void used_at(struct names *s, const char *proc)
 {
-	char path[64], link[PATH_MAX], *line = NULL, *at;
+	char path[96], link[PATH_MAX], *line = NULL, *at;
 	size_t cap = 0;
 	ssize_t n;
 	struct dirent *e;
 	FILE *f;
 	DIR *d;
 
-	snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+	snprintf(path, sizeof path, "%s/maps", proc);
 	if ((f = fopen(path, "re"))) {
 		while ((n = getline(&line, &cap, f)) > 0) {
 			if (line[n - 1] == '\n')
@@ -94,7 +95,7 @@ static void used_by(struct names *s, pid_t pid)
 		free(line);
 		fclose(f);
 	}
-	snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+	snprintf(path, sizeof path, "%s/fd", proc);
 	if (!(d = opendir(path)))
 		return;
 	while ((e = readdir(d)))
@@ -103,6 +104,30 @@ static void used_by(struct names *s, pid_t pid)
 			link[n] = '\0';
 			consider(s, link);
 		}
+	closedir(d);
+}
+
+/* Add the shared files process p uses.  A zombie's own entries are empty
+ * even while its other threads run (its main thread called pthread_exit):
+ * then the threads say. */
+static void used_by(struct names *s, const struct proc_info *p)
+{
+	char proc[64], task[96];
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(proc, sizeof proc, "/proc/%d", (int)p->pid);
+	if (p->state != 'Z') {
+		used_at(s, proc);
+		return;
+	}
+	snprintf(task, sizeof task, "%s/task", proc);
+	if (!(d = opendir(task)))
+		return;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.' &&
+		    snprintf(task, sizeof task, "%s/task/%s", proc, e->d_name) < (int)sizeof task)
+			used_at(s, task);
 	closedir(d);
 }
 
@@ -116,7 +141,7 @@ static int scan_one(const struct proc_info *p, void *arg)
 	struct scan *s = arg;
 
 	if (!s->pgid || p->pgrp == s->pgid)
-		used_by(s->s, p->pid);
+		used_by(s->s, p);
 	return 0;
 }
 
@@ -168,20 +193,18 @@ void leftovers_note_lists(struct leftovers *l, const char *dir, const char *who)
 {
 	char path[PATH_MAX];
 	const char *why;
+	struct shmlist_owner o;
 	struct dirent *e;
-	uint64_t start, now;
 	size_t bad, len;
-	pid_t pid;
 	char *buf;
 	DIR *d;
 
 	if (!(d = opendir(dir)))
 		return;
 	while ((e = readdir(d))) {
-		if (shmlist_parse_name(e->d_name, &pid, &start) < 0 ||
-		    (shmlist_proc_start(pid, &now) == 0 && now == start) ||
+		if (shmlist_parse_name(e->d_name, &o) < 0 || shmlist_alive(&o) != 0 ||
 		    snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path)
-			continue;	/* no list, its process lives, or no path */
+			continue;	/* no list, its writers may run, or no path */
 		if (!(buf = read_list(dirfd(d), e->d_name, &len, &why))) {
 			if (why || errno != ENOENT)
 				fprintf(stderr, "%s: %s: %s; left alone\n", who, path,

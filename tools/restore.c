@@ -39,6 +39,7 @@
 #include "plan.h"
 #include "record.h"
 #include "reqindex.h"
+#include "shmlist.h"
 #include "restore.h"
 #include "state.h"
 
@@ -67,9 +68,9 @@ struct restore {
 	int json;
 	const char *wal, *out;
 	char **cmdv;                    /* the command after "--"; NULL: offline */
-	const char *logs_dir;           /* a directory of logs (logname.h) that
-					   --wal names or CMD's own log is in;
-					   NULL: --wal names one log */
+	const char *logs_dir;           /* where the preload keeps the lists of
+					   the logs' processes (shmlist.h);
+					   NULL: it keeps none */
 	int dir;                        /* the output directory */
 	int hold;                       /* the log, held against writers */
 	struct state s;
@@ -1542,7 +1543,8 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 	struct restore rs = { .cmd = cmd, .dir = -1, .hold = -1, .at_step = STATE_NEWEST,
 			      .lock = PTHREAD_MUTEX_INITIALIZER };
 	char preload[PATH_MAX], out[PATH_MAX], wal[PATH_MAX], msg[PATH_MAX + 128];
-	char logs_dir[PATH_MAX], *slash;
+	char logs_dir[PATH_MAX];
+	struct wal_error err;
 	const char *lib = NULL;
 	struct logset set;
 	struct stat st;
@@ -1591,13 +1593,9 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 		set = (struct logset){ 0 };	/* rs.wal is what to give CMD */
 	else if (logset_open(&set, rs.wal, msg, sizeof msg) < 0)
 		return cli_fail(cmd, rs.json, EXIT_USAGE, "--wal %s", msg);
-	if (own || set.dir) {
-		snprintf(logs_dir, sizeof logs_dir, "%s", rs.wal);
-		if ((stat(logs_dir, &st) < 0 || !S_ISDIR(st.st_mode)) &&
-		    (slash = strrchr(logs_dir, '/')))
-			*slash = '\0';	/* CMD's own log: its directory */
+	if (rs.cmdv && shmlist_dir(rs.wal, stat(rs.wal, &st) == 0 && S_ISDIR(st.st_mode), 0,
+				   logs_dir, sizeof logs_dir, &err) == 0)
 		rs.logs_dir = logs_dir;
-	}
 	if (set.dir && !rs.cmdv) {
 		ret = logset_need_one(&set, rs.wal, msg, sizeof msg) < 0 ?
 		      cli_fail(cmd, rs.json, EXIT_USAGE, "--wal %s", msg) : run_set(&rs, &set);

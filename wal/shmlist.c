@@ -2,13 +2,16 @@
  * shmlist.c - the lists of shared-memory files a server's processes create
  * (shmlist.h): their names and the checks both writer and reader apply.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
+#include "media.h"
 #include "shmlist.h"
 
 int shmlist_transient(const char *name)
@@ -19,7 +22,7 @@ int shmlist_transient(const char *name)
 	if (n > SHMLIST_NAME_MAX)
 		return 0;
 	for (const char *p = name; *p; p++)
-		if (*p == '/' || *p <= ' ' || *p == 0x7f)
+		if (*p == '/' || (unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f)
 			return 0;
 	for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
 		if (n > strlen(prefixes[i]) && !strncmp(name, prefixes[i], strlen(prefixes[i])))
@@ -33,8 +36,10 @@ size_t shmlist_each(char *buf, size_t len, void (*fn)(void *arg, const char *nam
 	size_t no = 1;
 
 	for (; line < end; line = eol + 1, no++) {
-		if (!(eol = memchr(line, '\n', (size_t)(end - line))))
-			return no;
+		if (!(eol = memchr(line, '\n', (size_t)(end - line)))) {
+			end = line;	/* a last line cut short: never a name */
+			break;
+		}
 		*eol = '\0';
 		if (strlen(line) != (size_t)(eol - line) || !shmlist_transient(line))
 			return no;
@@ -44,9 +49,12 @@ size_t shmlist_each(char *buf, size_t len, void (*fn)(void *arg, const char *nam
 	return 0;
 }
 
-int shmlist_proc_start(pid_t pid, uint64_t *start)
+/* Of /proc/PID/stat: the state, the process group and the start time.
+ * 0, or -1 when the process is gone. */
+static int proc_stat(pid_t pid, char *state, pid_t *pgid, uint64_t *start)
 {
 	char path[64], buf[1024], *at;
+	int ppid, group;
 	ssize_t n;
 	int fd;
 
@@ -58,19 +66,93 @@ int shmlist_proc_start(pid_t pid, uint64_t *start)
 	if (n <= 0)
 		return -1;
 	buf[n] = '\0';
-	/* "PID (COMM) STATE ...": COMM may hold anything, ')' and spaces too;
-	 * the start time is field 22, the 20th after COMM. */
-	if (!(at = strrchr(buf, ')')) || at[1] != ' ' || at[2] == 'Z' || at[2] == 'X')
+	/* "PID (COMM) STATE PPID PGRP ...": COMM may hold anything, ')' and
+	 * spaces too; the start time is field 22, the 19th after PGRP. */
+	if (!(at = strrchr(buf, ')')) || sscanf(at + 1, " %c %d %d", state, &ppid, &group) != 3)
 		return -1;
 	for (int field = 2; field < 22; field++)
 		if (!(at = strchr(at + 1, ' ')))
 			return -1;
+	*pgid = (pid_t)group;
 	return sscanf(at + 1, "%" SCNu64, start) == 1 ? 0 : -1;
 }
 
-int shmlist_path(char *out, size_t len, const char *dir, pid_t pid, uint64_t start)
+/* A zombie's main thread is dead, but the process runs while another of
+ * its threads does (its main thread called pthread_exit). */
+static int threads_left(pid_t pid)
 {
-	int n = snprintf(out, len, "%s/%d.%" PRIu64 SHMLIST_SUFFIX, dir, (int)pid, start);
+	char path[64], line[128];
+	int threads = 0;
+	FILE *f;
+
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	if (!(f = fopen(path, "re")))
+		return 0;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "Threads: %d", &threads) == 1)
+			break;
+	fclose(f);
+	return threads > 1;
+}
+
+static int runs(pid_t pid, char state)
+{
+	return (state != 'Z' && state != 'X') || threads_left(pid);
+}
+
+static int pid_ns(const char *proc, uint64_t *ns)
+{
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof path, "/proc/%s/ns/pid", proc);
+	if (stat(path, &st) < 0)
+		return -1;
+	*ns = (uint64_t)st.st_ino;
+	return 0;
+}
+
+int shmlist_self(struct shmlist_owner *o)
+{
+	char state;
+	pid_t pgid;
+
+	o->pid = getpid();
+	o->pgid = getpgrp();
+	return proc_stat(o->pid, &state, &pgid, &o->start) == 0 && pid_ns("self", &o->ns) == 0 ?
+	       0 : -1;
+}
+
+int shmlist_alive(const struct shmlist_owner *o)
+{
+	uint64_t ns, start;
+	struct dirent *e;
+	char state;
+	pid_t pgid;
+	int alive = 0;
+	DIR *d;
+
+	if (pid_ns("self", &ns) < 0 || ns != o->ns)
+		return -1;
+	if (proc_stat(o->pid, &state, &pgid, &start) == 0 && start == o->start &&
+	    runs(o->pid, state))
+		return 1;
+	if (!(d = opendir("/proc")))
+		return 1;	/* cannot tell: as if it ran */
+	while (!alive && (e = readdir(d))) {
+		pid_t pid = (pid_t)atoi(e->d_name);
+
+		alive = pid > 0 && proc_stat(pid, &state, &pgid, &start) == 0 &&
+			pgid == o->pgid && runs(pid, state);
+	}
+	closedir(d);
+	return alive;
+}
+
+int shmlist_path(char *out, size_t len, const char *dir, const struct shmlist_owner *o)
+{
+	int n = snprintf(out, len, "%s/%d.%" PRIu64 ".%d.%" PRIu64 SHMLIST_SUFFIX, dir,
+			 (int)o->pid, o->start, (int)o->pgid, o->ns);
 
 	return n > 0 && (size_t)n < len ? 0 : -1;
 }
@@ -93,15 +175,42 @@ static const char *number(const char *s, uint64_t *v)
 	return p;
 }
 
-int shmlist_parse_name(const char *name, pid_t *pid, uint64_t *start)
+int shmlist_parse_name(const char *name, struct shmlist_owner *o)
 {
-	uint64_t p, s;
+	uint64_t pid, pgid;
 	const char *at;
 
-	if (!(at = number(name, &p)) || *at != '.' || !p || p > INT32_MAX ||
-	    !(at = number(at + 1, &s)) || strcmp(at, SHMLIST_SUFFIX))
+	if (!(at = number(name, &pid)) || *at != '.' || !pid || pid > INT32_MAX ||
+	    !(at = number(at + 1, &o->start)) || *at != '.' ||
+	    !(at = number(at + 1, &pgid)) || *at != '.' || !pgid || pgid > INT32_MAX ||
+	    !(at = number(at + 1, &o->ns)) || strcmp(at, SHMLIST_SUFFIX))
 		return -1;
-	*pid = (pid_t)p;
-	*start = s;
+	o->pid = (pid_t)pid;
+	o->pgid = (pid_t)pgid;
+	return 0;
+}
+
+int shmlist_dir(const char *wal, int is_dir, int create, char *out, size_t len,
+		struct wal_error *err)
+{
+	const char *slash = strrchr(wal, '/');
+	struct stat st;
+	int fd;
+
+	if (is_dir) {
+		if (snprintf(out, len, "%s", wal) >= (int)len)
+			return -1;
+	} else if (!slash || slash == wal || (size_t)(slash - wal) >= len ||
+		   (stat(wal, &st) == 0 && !S_ISREG(st.st_mode))) {
+		snprintf(err->msg, sizeof err->msg, "%s: no directory of its own", wal);
+		return -1;
+	} else {
+		memcpy(out, wal, (size_t)(slash - wal));
+		out[slash - wal] = '\0';
+		create = 0;
+	}
+	if ((fd = media_open_dir(out, create, err)) < 0)
+		return -1;
+	close(fd);
 	return 0;
 }

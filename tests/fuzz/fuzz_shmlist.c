@@ -19,10 +19,9 @@ static void check(void *arg, const char *name)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	char *buf = malloc(size ? size : 1), name[64];
-	uint64_t start;
+	char *buf = malloc(size ? size : 1), name[96];
+	struct shmlist_owner o;
 	size_t n;
-	pid_t pid;
 
 	if (!buf)
 		return 0;
@@ -31,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	n = size < sizeof name - 1 ? size : sizeof name - 1;
 	memcpy(name, data, n);
 	name[n] = '\0';
-	if (shmlist_parse_name(name, &pid, &start) == 0 && pid <= 0)
+	if (shmlist_parse_name(name, &o) == 0 && (o.pid <= 0 || o.pgid <= 0))
 		abort();
 	free(buf);
 	return 0;

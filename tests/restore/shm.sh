@@ -7,9 +7,11 @@
 # still maps a file (until it is gone; a zombie is gone), of a clean exit,
 # or of a list that
 # is not the preload's (a link, a foreign line, one others may write); a
-# pid used again by another process counts as gone; a list stays small
-# however many names a process makes and unlinks; with MOEFT_WAL a single
-# log, or MOEFT_DISABLE=1, nothing is listed.
+# pid used again by another process counts as gone, a worker's list
+# lives while its server's process group does, a zombie with a running
+# thread runs; a list stays small however many names a process makes and
+# unlinks; beside a single log only where its directory is its user's
+# alone, and nothing with MOEFT_DISABLE=1.
 #
 # Usage: shm.sh MOEFT LIBMOEFT SHMMAKER
 set -u
@@ -32,13 +34,14 @@ fail() {
 }
 
 # make NAME ACTION... : shmmaker under the preload (and $maker_env), in
-# the background, until it is ready; its pid (and an orphan's) in
-# $maker_pid, $orphan.
+# the background, in a process group of its own (as a server is: a list
+# is gone only when its group is), until it is ready; its pid (and an
+# orphan's) in $maker_pid, $orphan.
 make() {
 	local ready=$dir/.ready-$1 tag1=$1
 
 	shift
-	env MOEFT_WAL="$dir" LD_PRELOAD="$lib" ${maker_env:-} "$maker" "$tag" "$ready" "$@" \
+	setsid env MOEFT_WAL="$dir" LD_PRELOAD="$lib" ${maker_env:-} "$maker" "$tag" "$ready" "$@" \
 		2>"$dir/.maker.err" &
 	maker_pid=$!
 	while [ ! -s "$ready" ]; do
@@ -116,7 +119,7 @@ removed live-dead 1
 
 # 2b. A process killed but not reaped (a zombie: its parent, here a sleep,
 # never waits, as a container's first process may not) is gone.
-( env MOEFT_WAL="$dir" LD_PRELOAD="$lib" "$maker" "$tag" "$dir/.ready-zombie" shm psm_z &
+( setsid env MOEFT_WAL="$dir" LD_PRELOAD="$lib" "$maker" "$tag" "$dir/.ready-zombie" shm psm_z &
   exec sleep 600 ) &
 reaper=$!
 pids="$pids $reaper"
@@ -167,44 +170,90 @@ removed churn 1
 ! shm psm_k && [ ! -e "$list" ] || fail "churn: psm_k or the list was left"
 
 # 6. Lists that are not the preload's are named and left alone, with the
-# files they name; a live pid with another start time is another process.
-echo x >/dev/shm/psm_l-$tag
-echo x >/dev/shm/psm_m-$tag
-echo x >/dev/shm/psm_n-$tag
-echo x >/dev/shm/psm_o-$tag
-ln -s /dev/shm/psm_l-$tag "$dir/2147483000.1.shm"
-printf '../../../dev/shm/psm_m-%s\n' $tag >"$dir/2147483001.1.shm"
-printf 'psm_o-%s\n' $tag >"$dir/2147483002.1.shm"
-chmod 620 "$dir/2147483002.1.shm"
-printf 'psm_o-%s' $tag >"$dir/2147483003.1.shm"	# no newline: cut
-printf 'psm_n-%s\npsm_o-%s\0x\n' $tag $tag >"$dir/2147483005.1.shm"	# a NUL in line 2
-printf 'psm_o-%s\n' $tag >"$dir/02147483004.1.shm"	# not a name the preload writes
-printf 'psm_n-%s\n' $tag >"$dir/$$.1.shm"		# this shell's pid, not its start
+# files they name; a live pid with another start time is another process;
+# a last line cut short is no name; another pid namespace's list is not
+# this one's to judge.
+ns=$(stat -L -c %i /proc/self/ns/pid)
+gone=2147483000		# a pid and a process group no process has
+for n in l m n o x; do echo x >/dev/shm/psm_$n-$tag; done
+ln -s /dev/shm/psm_l-$tag "$dir/$gone.1.$gone.$ns.shm"
+printf '../../../dev/shm/psm_m-%s\n' $tag >"$dir/$((gone + 1)).1.$gone.$ns.shm"
+printf 'psm_o-%s\n' $tag >"$dir/$((gone + 2)).1.$gone.$ns.shm"
+chmod 620 "$dir/$((gone + 2)).1.$gone.$ns.shm"
+printf 'psm_o-%s' $tag >"$dir/$((gone + 3)).1.$gone.$ns.shm"		# cut short
+printf 'psm_n-%s\npsm_o-%s\0x\n' $tag $tag >"$dir/$((gone + 5)).1.$gone.$ns.shm"	# a NUL
+printf 'psm_o-%s\n' $tag >"$dir/0$((gone + 4)).1.$gone.$ns.shm"	# not a name the preload writes
+printf 'psm_x-%s\n' $tag >"$dir/$((gone + 6)).1.$gone.$((ns + 1)).shm"	# another namespace
+printf 'psm_n-%s\n' $tag >"$dir/$$.1.$gone.$ns.shm"		# this shell's pid, not its start
 restore hostile
 removed hostile 1
-shm psm_l && shm psm_m && shm psm_o && ! shm psm_n ||
+shm psm_l && shm psm_m && shm psm_o && shm psm_x && ! shm psm_n ||
 	fail "hostile: want psm_n removed and only it; $(ls /dev/shm | grep -- "-$tag")"
 e=$dir/.hostile.err
-grep -qx "moeft restore: $dir/2147483000.1.shm: Too many levels of symbolic links; left alone" "$e" &&
-grep -qx "moeft restore: $dir/2147483001.1.shm: line 1 is no name of shared memory the preload lists; the list is left alone" "$e" &&
-grep -qx "moeft restore: $dir/2147483002.1.shm: not a regular file of this user that only it may write; left alone" "$e" &&
-grep -qx "moeft restore: $dir/2147483003.1.shm: line 1 is no name of shared memory the preload lists; the list is left alone" "$e" &&
-grep -qx "moeft restore: $dir/2147483005.1.shm: line 2 is no name of shared memory the preload lists; the list is left alone" "$e" ||
+grep -qx "moeft restore: $dir/$gone.1.$gone.$ns.shm: Too many levels of symbolic links; left alone" "$e" &&
+grep -qx "moeft restore: $dir/$((gone + 1)).1.$gone.$ns.shm: line 1 is no name of shared memory the preload lists; the list is left alone" "$e" &&
+grep -qx "moeft restore: $dir/$((gone + 2)).1.$gone.$ns.shm: not a regular file of this user that only it may write; left alone" "$e" &&
+grep -qx "moeft restore: $dir/$((gone + 5)).1.$gone.$ns.shm: line 2 is no name of shared memory the preload lists; the list is left alone" "$e" ||
 	fail "hostile: not each list named: $(cat "$e")"
-grep -q 02147483004 "$e" && fail "hostile: a file of another name was read: $(cat "$e")"
-for f in 2147483000.1.shm 2147483001.1.shm 2147483002.1.shm 2147483003.1.shm 02147483004.1.shm \
-	2147483005.1.shm; do
+[ "$(grep -c "^moeft restore: $dir/" "$e")" = 4 ] || fail "hostile: more lists named than 4: $(cat "$e")"
+for f in $gone.1.$gone.$ns.shm $((gone + 1)).1.$gone.$ns.shm $((gone + 2)).1.$gone.$ns.shm \
+	0$((gone + 4)).1.$gone.$ns.shm $((gone + 5)).1.$gone.$ns.shm \
+	$((gone + 6)).1.$gone.$((ns + 1)).shm; do
 	[ -e "$dir/$f" ] || [ -L "$dir/$f" ] || fail "hostile: $f was removed"
 done
-[ ! -e "$dir/$$.1.shm" ] || fail "hostile: the reused pid's list was left"
+[ ! -e "$dir/$$.1.$gone.$ns.shm" ] || fail "hostile: the reused pid's list was left"
+[ ! -e "$dir/$((gone + 3)).1.$gone.$ns.shm" ] || fail "hostile: the cut list, naming nothing, was left"
 rm -f "$dir"/*.shm
 
-# 7. Nothing is listed where MOEFT_WAL names one log, or with the preload off.
+# 6b. A worker that made a file for its server and ended with _exit (its
+# list left behind): the file stays while its server's group runs.
+make handoff handoff psm_w
+list=$(ls "$dir"/*.shm | grep -v "/$maker_pid\.")
+[ -f "$list" ] || fail "handoff: no list of the worker: $(ls "$dir")"
+restore handoff
+removed handoff 0
+shm psm_w && [ -f "$list" ] || fail "handoff: the live server's file or its worker's list was removed"
+kill -9 $maker_pid
+wait $maker_pid 2>/dev/null
+restore handoff-gone
+removed handoff-gone 1
+! shm psm_w && [ ! -e "$list" ] || fail "handoff: once the server is gone, the file or list was left"
+
+# 6c. A process whose main thread ended (a zombie) while another runs,
+# mapping a file a dead process made: it runs, and so the file and its
+# own list stay.
+make made shm psm_t
+made=$maker_pid
+make threads shm psm_u hold psm_t threads x
+while [ "$(cut -d' ' -f3 "/proc/$maker_pid/stat" 2>/dev/null)" != Z ]; do sleep 0.01; done
+kill -9 $made
+wait $made 2>/dev/null
+restore threads
+removed threads 0
+shm psm_t && shm psm_u || fail "threads: a file of a process that still runs was removed"
+kill -9 $maker_pid
+while [ -e "/proc/$maker_pid" ]; do sleep 0.01; done
+restore threads-gone
+removed threads-gone 2
+
+# 7. Beside a single log, in a directory that is its user's alone, the
+# same; nothing in a directory others may write (a single log's
+# directory may be anyone's), nor with the preload off.
 maker_env=MOEFT_WAL=$one/serve.wal make one shm psm_p
-one_pid=$maker_pid
-maker_env=MOEFT_DISABLE=1 make off shm psm_q
+list=$(ls "$one"/*.shm 2>/dev/null)
+[ -f "$list" ] || fail "one: no list beside the single log: $(ls -A "$one")"
+kill -9 $maker_pid
+wait $maker_pid 2>/dev/null
+"$moeft" restore --wal "$one/serve.wal" --preload "$lib" -- true 2>"$dir/.one.err" ||
+	fail "one: moeft restore exited $?: $(cat "$dir/.one.err")"
+removed one 1
+! shm psm_p && [ ! -e "$list" ] || fail "one: the file or list beside the single log was left"
+chmod 1777 "$one"
+maker_env=MOEFT_WAL=$one/serve.wal make public shm psm_q
+public=$maker_pid
+maker_env=MOEFT_DISABLE=1 make off shm psm_r
 [ -z "$(ls -A "$one")" ] && ! ls "$dir"/*.shm >/dev/null 2>&1 ||
 	fail "a list was made: $(ls -A "$one" "$dir")"
-kill -9 $one_pid $maker_pid
+kill -9 $public $maker_pid
 
-echo "restore shm.sh: a crash's files removed by restore alone; live, orphaned, clean, foreign and hostile left; lists compacted; none without a directory of logs"
+echo "restore shm.sh: a crash's files removed by restore alone; live, orphaned, handed-off, threaded, clean, foreign and hostile left; lists compacted; beside a single log only in a private directory"

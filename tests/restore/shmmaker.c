@@ -10,11 +10,17 @@
  *   churn N       N times: shm_open a torch_ name, then shm_unlink it
  *   child NAME    a child that keeps NAME (made above) mapped and outlives
  *                 this process (setsid), as an orphaned worker would
+ *   handoff NAME  a child makes NAME, then ends with _exit (as Python's
+ *                 forked workers do), leaving it to this process
+ *   hold NAME     a thread keeps NAME (made by anyone) mapped
+ *   threads X     once ready, the main thread ends (pthread_exit) and the
+ *                 other threads run on: the process is a zombie that runs
  * NAMEs get "-TAG" appended.  Then READY gets the pids (this one, and the
  * child's or 0) and the process waits to be killed; with READY "-" it
  * exits 0 instead.
  */
 #include <fcntl.h>
+#include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,6 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 
 #define SIZE (64 << 10)
 
@@ -67,10 +74,33 @@ static pid_t keeper(const char *name)
 	return pid;
 }
 
+static void *holder(void *arg)
+{
+	for (;;)
+		pause();
+	return arg;
+}
+
+/* A thread that waits with name mapped. */
+static void hold(const char *name)
+{
+	int fd = shm_open(name, O_RDWR, 0);
+	pthread_t t;
+
+	if (fd < 0)
+		die("shm_open", name);
+	if (mmap(NULL, SIZE, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED)
+		die("mmap", name);
+	close(fd);
+	if (pthread_create(&t, NULL, holder, NULL) != 0)
+		die("pthread_create", name);
+}
+
 int main(int argc, char **argv)
 {
 	char name[128], tmp[4096];
-	pid_t child = 0;
+	pid_t child = 0, worker;
+	int threads = 0;
 	sem_t *s;
 	FILE *f;
 
@@ -103,6 +133,17 @@ int main(int argc, char **argv)
 			}
 		} else if (!strcmp(act, "child")) {
 			child = keeper(name);
+		} else if (!strcmp(act, "handoff")) {
+			if ((worker = fork()) == 0) {
+				make(name, O_CREAT | O_EXCL);
+				_exit(0);
+			}
+			if (worker < 0 || waitpid(worker, NULL, 0) != worker)
+				die("fork", name);
+		} else if (!strcmp(act, "hold")) {
+			hold(name);
+		} else if (!strcmp(act, "threads")) {
+			threads = 1;
 		} else {
 			fprintf(stderr, "shmmaker: unknown action %s\n", act);
 			return 2;
@@ -114,6 +155,8 @@ int main(int argc, char **argv)
 	if (!(f = fopen(tmp, "w")) || fprintf(f, "%d %d\n", (int)getpid(), (int)child) < 0 ||
 	    fclose(f) != 0 || rename(tmp, argv[2]) < 0)
 		die("write", argv[2]);
+	if (threads)
+		pthread_exit(NULL);
 	for (;;)
 		pause();
 }
