@@ -62,6 +62,8 @@ struct bench {
 };
 
 struct results {
+	int peers;				/* --peers: peer figures below */
+	struct peer_results pmemlog;
 	double wal_rps[NSIZES], memcpy_rps[NSIZES]; /* records per second */
 	double thread_rps[NTHREAD_SIZES];
 	double p50_us, p99_us;
@@ -418,6 +420,22 @@ static int run_all(struct bench *b, struct results *res, struct wal_error *err)
 	return run_scan(b, res, err);
 }
 
+/* The peers, once moeft's log is given back: a pool of the log's size beside
+ * it. */
+static int run_peers(const struct bench *b, struct results *res, char *err, size_t errlen)
+{
+	char pool[4096 + 16];
+	struct peer_run r = {
+		.path = pool, .size = b->st.size, .memory = b->st.media == WAL_MEDIA_SHM,
+		.run_s = b->run_s, .repeats = REPEATS, .src = b->src, .sizes = sizes,
+		.nsizes = NSIZES, .per_commit = per_commit,
+	};
+
+	_Static_assert(NSIZES <= PEER_SIZES_MAX, "peer_results holds every size");
+	snprintf(pool, sizeof pool, "%s" PEER_POOL_SUFFIX, b->path);
+	return bench_pmemlog(&r, &res->pmemlog, err, errlen);
+}
+
 /* ---- output ---------------------------------------------------------- */
 
 void bench_machine_json(struct json *j, const char *cpu)
@@ -484,6 +502,18 @@ static void print_text(const struct bench *b, const struct results *res, const c
 	printf("recovery scan of the log file, a fresh process: %.0f MB/s, memcpy from a fresh "
 	       "mapping %.0f MB/s, ratio %.3f\n", res->file_scan_bps / 1e6,
 	       res->file_memcpy_bps / 1e6, res->file_scan_bps / res->file_memcpy_bps);
+	if (!res->peers)
+		return;
+	printf("\npeer: %s, on the same medium (ratio: moeft's figure over the peer's)\n",
+	       res->pmemlog.how);
+	printf("  %-8s %14s %14s %7s\n", "record", "moeft rec/s", "pmemlog rec/s", "ratio");
+	for (size_t s = 0; s < NSIZES; s++)
+		printf("  %-8s %14.0f %14.0f %7.3f\n", cli_fmt_bytes(s1, sizeof s1, sizes[s]),
+		       res->wal_rps[s], res->pmemlog.append_rps[s],
+		       res->wal_rps[s] / res->pmemlog.append_rps[s]);
+	printf("  walk of a full log (4 KiB records): moeft's scan %.0f MB/s, pmemlog_walk "
+	       "%.0f MB/s, ratio %.3f\n", res->scan_bps / 1e6, res->pmemlog.walk_bps / 1e6,
+	       res->scan_bps / res->pmemlog.walk_bps);
 }
 
 static void print_json(const struct bench *b, const struct results *res, const char *cpu)
@@ -541,6 +571,29 @@ static void print_json(const struct bench *b, const struct results *res, const c
 	json_kv_double(&j, "scan_file_memcpy_ratio", res->file_scan_bps / res->file_memcpy_bps);
 	json_kv_double(&j, "crc32c_gb_per_s", res->crc_bps / 1e9);
 	json_kv_double(&j, "crc32c_memcpy_ratio", res->crc_bps / res->scan_memcpy_bps);
+	if (res->peers) {
+		json_key(&j, "peers");
+		json_arr_begin(&j);
+		json_obj_begin(&j);
+		json_kv_str(&j, "name", "libpmemlog");
+		json_kv_str(&j, "how", res->pmemlog.how);
+		json_key(&j, "append");
+		json_arr_begin(&j);
+		for (size_t s = 0; s < NSIZES; s++) {
+			json_obj_begin(&j);
+			json_kv_u64(&j, "record_bytes", sizes[s]);
+			json_kv_double(&j, "records_per_s", res->pmemlog.append_rps[s]);
+			json_kv_double(&j, "moeft_ratio",
+				       res->wal_rps[s] / res->pmemlog.append_rps[s]);
+			json_obj_end(&j);
+		}
+		json_arr_end(&j);
+		json_kv_u64(&j, "walk_bytes", res->pmemlog.walk_bytes);
+		json_kv_double(&j, "walk_mb_per_s", res->pmemlog.walk_bps / 1e6);
+		json_kv_double(&j, "scan_moeft_ratio", res->scan_bps / res->pmemlog.walk_bps);
+		json_obj_end(&j);
+		json_arr_end(&j);
+	}
 	json_obj_end(&j);
 }
 
@@ -586,6 +639,7 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 	static const struct option opts[] = {
 		{ "wal", required_argument, NULL, 'w' },
 		{ "seconds", required_argument, NULL, 's' },
+		{ "peers", no_argument, NULL, 'P' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
@@ -614,6 +668,7 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 				strcpy(path, optarg);
 			break;
 		case 's': cli_parse_double(&o, "--seconds", optarg, 0.01, 60, &seconds); break;
+		case 'P': res.peers = 1; break;
 		case 'j': o.json = 1; break;
 		case 'h': cli_print_usage(cmd, stdout); return EXIT_OK;
 		}
@@ -634,6 +689,12 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 	b.run_s = seconds / REPEATS;
 	if (cli_fresh_path(path, msg, sizeof msg) < 0)
 		return cli_fail(cmd, o.json, EXIT_USAGE, "--wal %s", msg);
+	/* Refused before anything runs: libpmemlog would refuse it after. */
+	if (res.peers && snprintf(msg, sizeof msg, "%s" PEER_POOL_SUFFIX, path) < (int)sizeof msg &&
+	    lstat(msg, &st) == 0)
+		return cli_fail(cmd, o.json, EXIT_USAGE, "--peers: %s exists; libpmemlog's pool goes "
+				"there, and nothing is written over (remove it, or give --wal another "
+				"path)", msg);
 	/* Made here, exclusively, so that removing it afterwards removes
 	 * nothing but this run's log. */
 	if (stat(path, &st) < 0) {
@@ -647,6 +708,12 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 		give_back(path, made);
 		return cli_fail(cmd, o.json, EXIT_USAGE, "%s", err.msg);
 	}
+	if (res.peers && b.st.media == WAL_MEDIA_DEVDAX) {
+		wal_close(b.w);
+		give_back(path, made);
+		return cli_fail(cmd, o.json, EXIT_USAGE, "--peers: %s is a device-DAX node; the "
+				"peer's pool is a file beside the log: give --wal a file", path);
+	}
 	b.dst_len = b.st.capacity;
 	b.src = malloc(MAX_RECORD);
 	b.dst = malloc(b.dst_len);
@@ -659,6 +726,11 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 	}
 	wal_close(b.w);
 	give_back(path, made);
+	if (ret == 0 && res.peers && run_peers(&b, &res, msg, sizeof msg) < 0) {
+		free(b.src);
+		free(b.dst);
+		return cli_fail(cmd, o.json, EXIT_USAGE, "--peers: %s", msg);
+	}
 	free(b.src);
 	free(b.dst);
 	if (ret < 0)
@@ -677,7 +749,7 @@ const struct cli_command cmd_bench = {
 	.summary = "measure the log and restore against memcpy, the interposer's cost per launch, "
 		   "a window's bytes",
 	.usage =
-	"Usage: moeft bench wal [--wal PATH] [--seconds S] [--json]\n"
+	"Usage: moeft bench wal [--wal PATH] [--seconds S] [--peers] [--json]\n"
 	"       moeft bench launch --fixture DIR --bench PROG --serve PROG\n"
 	"                          [--preload LIB] [--launches N] [--steps N] [--json]\n"
 	"       moeft bench restore [--pool-mib N] [--chunk-kib K] [--json]\n"
@@ -696,6 +768,7 @@ const struct cli_command cmd_bench = {
 	"                     file, an empty one (emptied again afterwards) or a\n"
 	"                     device-DAX node without a log; never an existing log\n"
 	"  -s, --seconds S    time per measurement, 0.01 to 60 (default 0.5)\n"
+	"  -P, --peers        the same on PMDK's libpmemlog too (PATH.pmemlog)\n"
 	"  -j, --json         print one JSON object instead of a table\n"
 	"  -h, --help         show this help\n"
 	"\n"

@@ -8,6 +8,7 @@
 #define MOEFT_BENCH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cli.h"
 
@@ -17,6 +18,30 @@
 int bench_launch(const struct cli_command *cmd, int argc, char **argv);
 int bench_restore(const struct cli_command *cmd, int argc, char **argv);
 int bench_window(const struct cli_command *cmd, int argc, char **argv);
+
+/* moeft bench wal --peers (bench_peers.c): the appends and the walk that
+ * bench wal times on moeft's log, on PMDK's libpmemlog. */
+#define PEER_SIZES_MAX 8
+#define PEER_POOL_SUFFIX ".pmemlog"	/* the pool: the log's path and this */
+struct peer_run {
+	const char *path;		/* the pool to make (exclusively), then remove */
+	uint64_t size;			/* its bytes */
+	int memory;			/* the medium is memory (tmpfs): no flushes */
+	double run_s;			/* one run's seconds */
+	int repeats;			/* runs; the best counts */
+	const uint8_t *src;		/* the records' bytes */
+	const uint32_t *sizes;		/* record sizes, at most PEER_SIZES_MAX */
+	size_t nsizes;
+	uint32_t (*per_commit)(uint32_t size);	/* records per durable batch */
+};
+struct peer_results {
+	double append_rps[PEER_SIZES_MAX];	/* records per second, per size */
+	uint64_t walk_bytes;		/* of the full pool's 4 KiB records */
+	double walk_bps;
+	char how[160];			/* the library, and what it was told */
+};
+/* 0, or -1 with err (the library missing, the pool not made, a failure). */
+int bench_pmemlog(const struct peer_run *r, struct peer_results *res, char *err, size_t errlen);
 
 struct json;
 

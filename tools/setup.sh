@@ -160,9 +160,10 @@ fi
 
 # clang and libclang-rt-14-dev: the sanitizer and libFuzzer builds of tests/run;
 # libcurl and jansson: moeft resubmit's and gateway's HTTP and JSON; libmicrohttpd:
-# the gateway's server side.
+# the gateway's server side; libpmemlog1 (run time only): moeft bench wal --peers.
 apt_install meson ninja-build pkg-config gcc libc6-dev clang libclang-rt-14-dev \
-	libcunit1-dev libunwind-dev libnuma-dev libcurl4-openssl-dev libjansson-dev libmicrohttpd-dev python3
+	libcunit1-dev libunwind-dev libnuma-dev libcurl4-openssl-dev libjansson-dev libmicrohttpd-dev \
+	libpmemlog1 python3
 [ $mode = deps ] && exit 0
 
 # nvcc, when the CUDA toolkit is installed, builds the device code too.

@@ -150,38 +150,36 @@ static inline void store64(unsigned char *p, uint64_t w)
 }
 
 /*
- * CRC 3*n bytes at p onto the raw register c0; n is a multiple of 8.  When
- * dst is not NULL the bytes are copied there in the same pass, so a record
- * is read once to checksum and place it; with stream set, by non-temporal
- * stores (the caller fences), which skip reading the destination's lines
- * into the cache first: a log's payload is not read again until a
- * recovery.  Always inlined, so the dst and stream tests fold away in each
- * caller.
+ * CRC 3*n bytes at p onto the raw register c0; n is a multiple of 16.  When
+ * dst is not NULL the bytes are copied there in the same pass, 16 at a
+ * time, so a record is read once to checksum and place it.  Plain stores:
+ * non-temporal ones, tried here, made appends of 64 KiB and 1 MiB records
+ * slower by a third or more (README, "Benchmarks").  Always inlined, so
+ * that the dst test folds away in each caller.
  */
 __attribute__((target("sse4.2"), always_inline))
 static inline uint64_t crc32c_3way(uint64_t c0, unsigned char *dst, const unsigned char *p,
-				   size_t n, uint32_t t[4][256], int stream)
+				   size_t n, uint32_t t[4][256])
 {
 	const unsigned char *end = p + n;
 	uint64_t c1 = 0, c2 = 0;
 
 	do {
-		uint64_t a = load64(p), b = load64(p + n), c = load64(p + 2 * n);
-		c0 = _mm_crc32_u64(c0, a);
-		c1 = _mm_crc32_u64(c1, b);
-		c2 = _mm_crc32_u64(c2, c);
-		if (dst && stream) {
-			_mm_stream_si64((long long *)dst, (long long)a);
-			_mm_stream_si64((long long *)(dst + n), (long long)b);
-			_mm_stream_si64((long long *)(dst + 2 * n), (long long)c);
-			dst += 8;
-		} else if (dst) {
-			store64(dst, a);
-			store64(dst + n, b);
-			store64(dst + 2 * n, c);
-			dst += 8;
+		c0 = _mm_crc32_u64(c0, load64(p));
+		c1 = _mm_crc32_u64(c1, load64(p + n));
+		c2 = _mm_crc32_u64(c2, load64(p + 2 * n));
+		c0 = _mm_crc32_u64(c0, load64(p + 8));
+		c1 = _mm_crc32_u64(c1, load64(p + n + 8));
+		c2 = _mm_crc32_u64(c2, load64(p + 2 * n + 8));
+		if (dst) {
+			_mm_storeu_si128((__m128i *)dst, _mm_loadu_si128((const __m128i *)p));
+			_mm_storeu_si128((__m128i *)(dst + n),
+					 _mm_loadu_si128((const __m128i *)(p + n)));
+			_mm_storeu_si128((__m128i *)(dst + 2 * n),
+					 _mm_loadu_si128((const __m128i *)(p + 2 * n)));
+			dst += 16;
 		}
-		p += 8;
+		p += 16;
 	} while (p < end);
 	c0 = shift(t, (uint32_t)c0) ^ c1;
 	return shift(t, (uint32_t)c0) ^ c2;
@@ -192,22 +190,22 @@ static inline uint32_t crc32c_run(uint32_t crc, unsigned char *dst, const unsign
 				  size_t len)
 {
 	uint64_t c = ~crc;
-	int stream = dst && len >= 3 * LONG_BLOCK + 7;
 
-	/* Align so that no 8-byte load straddles a cache line. */
-	while (len && ((uintptr_t)p & 7)) {
+	/* Align the loads (no 8-byte load across a cache line), or a copy's
+	 * stores, which are the dearer to split. */
+	while (len && ((uintptr_t)(dst ? dst : p) & (dst ? 15 : 7))) {
 		if (dst)
 			*dst++ = *p;
 		c = _mm_crc32_u8((uint32_t)c, *p++);
 		len--;
 	}
 	for (; len >= 3 * LONG_BLOCK; len -= 3 * LONG_BLOCK) {
-		c = crc32c_3way(c, dst, p, LONG_BLOCK, crc32c_long, stream);
+		c = crc32c_3way(c, dst, p, LONG_BLOCK, crc32c_long);
 		p += 3 * LONG_BLOCK;
 		dst = dst ? dst + 3 * LONG_BLOCK : NULL;
 	}
 	for (; len >= 3 * SHORT_BLOCK; len -= 3 * SHORT_BLOCK) {
-		c = crc32c_3way(c, dst, p, SHORT_BLOCK, crc32c_short, 0);
+		c = crc32c_3way(c, dst, p, SHORT_BLOCK, crc32c_short);
 		p += 3 * SHORT_BLOCK;
 		dst = dst ? dst + 3 * SHORT_BLOCK : NULL;
 	}
@@ -225,10 +223,6 @@ static inline uint32_t crc32c_run(uint32_t crc, unsigned char *dst, const unsign
 			*dst++ = *p;
 		c = _mm_crc32_u8((uint32_t)c, *p++);
 	}
-	/* Ordered before the caller's later stores (a commit word), as plain
-	 * stores would be. */
-	if (stream)
-		_mm_sfence();
 	return ~(uint32_t)c;
 }
 

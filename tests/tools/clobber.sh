@@ -71,6 +71,14 @@ refused "moeft bench: --wal $L holds a moeft log;$keep" bench wal --wal "$L" --s
 refused "moeft bench: --wal $L.kv holds a moeft KV store;$keep" \
 	bench wal --wal "$L.kv" --seconds 0.01
 
+# bench wal --peers: a file where libpmemlog's pool would go
+cp "$L" "$dir/p.wal.pmemlog"
+refused "moeft bench: --peers: $dir/p.wal.pmemlog exists; libpmemlog's pool goes there, and nothing is written over (remove it, or give --wal another path)" \
+	bench wal --wal "$dir/p.wal" --peers --seconds 0.01
+cmp "$dir/p.wal.pmemlog" "$dir/L.orig" || fail "bench wal --peers: the file there changed"
+[ ! -e "$dir/p.wal" ] || fail "bench wal --peers: refused, but made its log"
+rm "$dir/p.wal.pmemlog"
+
 # restore --out: files of a restore's names that are the log, a store, a log
 mkdir "$dir/r1" "$dir/r2" "$dir/r3"
 ln "$L" "$dir/r1/kv-pool-0.bin"

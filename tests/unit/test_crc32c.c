@@ -193,10 +193,10 @@ static void test_zeros(void)
 					crc32c(starts[i], zeros, lens[k]));
 }
 
-/* crc32c_copy at every alignment of source and destination and at lengths
- * around each of its paths (bytes, words, short and long blocks, the long
- * ones stored non-temporally): the bytes copied exactly, not one byte
- * around them touched, and the CRC that of the source, chained. */
+/* crc32c_copy at every alignment of source and destination (the copy
+ * aligns its 16-byte stores) and at lengths around each of its paths
+ * (bytes, words, short and long blocks): the bytes copied exactly, not one
+ * byte around them touched, and the CRC that of the source, chained. */
 static void test_copy(void)
 {
 	static const size_t lens[] = { 0, 1, 7, 8, 9, 767, 768, 769, 3 * 8192 - 1,
@@ -208,8 +208,8 @@ static void test_copy(void)
 
 	fill_random(src, max, 99);
 	for (i = 0; i < sizeof lens / sizeof lens[0]; i++)
-		for (so = 0; so < 8; so++)
-			for (dof = 0; dof < 8; dof += 3) {
+		for (so = 0; so < 16; so += 3)
+			for (dof = 0; dof < 16; dof++) {
 				size_t len = lens[i];
 				uint32_t got;
 
