@@ -420,11 +420,11 @@ static int run_all(struct bench *b, struct results *res, struct wal_error *err)
 	return run_scan(b, res, err);
 }
 
-/* The peers, once moeft's log is given back: a pool of the log's size beside
- * it. */
-static int run_peers(const struct bench *b, struct results *res, char *err, size_t errlen)
+/* The peers, once moeft's log is given back: a pool of the log's size at
+ * pool, beside it. */
+static int run_peers(const struct bench *b, const char *pool, struct results *res, char *err,
+		     size_t errlen)
 {
-	char pool[4096 + 16];
 	struct peer_run r = {
 		.path = pool, .size = b->st.size, .memory = b->st.media == WAL_MEDIA_SHM,
 		.run_s = b->run_s, .repeats = REPEATS, .src = b->src, .sizes = sizes,
@@ -432,7 +432,6 @@ static int run_peers(const struct bench *b, struct results *res, char *err, size
 	};
 
 	_Static_assert(NSIZES <= PEER_SIZES_MAX, "peer_results holds every size");
-	snprintf(pool, sizeof pool, "%s" PEER_POOL_SUFFIX, b->path);
 	return bench_pmemlog(&r, &res->pmemlog, err, errlen);
 }
 
@@ -511,8 +510,8 @@ static void print_text(const struct bench *b, const struct results *res, const c
 		printf("  %-8s %14.0f %14.0f %7.3f\n", cli_fmt_bytes(s1, sizeof s1, sizes[s]),
 		       res->wal_rps[s], res->pmemlog.append_rps[s],
 		       res->wal_rps[s] / res->pmemlog.append_rps[s]);
-	printf("  walk of a full log (4 KiB records): moeft's scan %.0f MB/s, pmemlog_walk "
-	       "%.0f MB/s, ratio %.3f\n", res->scan_bps / 1e6, res->pmemlog.walk_bps / 1e6,
+	printf("  walk of a full log of 4 KiB records, in memory: moeft's scan (of an image of "
+	       "its log) %.0f MB/s, pmemlog_walk (of its pool) %.0f MB/s, ratio %.3f\n", res->scan_bps / 1e6, res->pmemlog.walk_bps / 1e6,
 	       res->scan_bps / res->pmemlog.walk_bps);
 }
 
@@ -588,9 +587,12 @@ static void print_json(const struct bench *b, const struct results *res, const c
 			json_obj_end(&j);
 		}
 		json_arr_end(&j);
-		json_kv_u64(&j, "walk_bytes", res->pmemlog.walk_bytes);
-		json_kv_double(&j, "walk_mb_per_s", res->pmemlog.walk_bps / 1e6);
-		json_kv_double(&j, "scan_moeft_ratio", res->scan_bps / res->pmemlog.walk_bps);
+		json_key(&j, "walk");
+		json_obj_begin(&j);
+		json_kv_u64(&j, "bytes", res->pmemlog.walk_bytes);
+		json_kv_double(&j, "mb_per_s", res->pmemlog.walk_bps / 1e6);
+		json_kv_double(&j, "moeft_ratio", res->scan_bps / res->pmemlog.walk_bps);
+		json_obj_end(&j);
 		json_obj_end(&j);
 		json_arr_end(&j);
 	}
@@ -649,7 +651,7 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 	struct results res = { 0 };
 	struct wal_error err = { 0 };
 	struct stat st;
-	char path[4096], msg[512], cpu[128];
+	char path[4096], pool[4096 + sizeof PEER_POOL_SUFFIX], msg[512], cpu[128];
 	const char *t;
 	double seconds = 0.5;
 	int c, ret, fd, made = 0;
@@ -690,11 +692,16 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 	if (cli_fresh_path(path, msg, sizeof msg) < 0)
 		return cli_fail(cmd, o.json, EXIT_USAGE, "--wal %s", msg);
 	/* Refused before anything runs: libpmemlog would refuse it after. */
-	if (res.peers && snprintf(msg, sizeof msg, "%s" PEER_POOL_SUFFIX, path) < (int)sizeof msg &&
-	    lstat(msg, &st) == 0)
+	if (res.peers && stat(path, &st) == 0 && S_ISCHR(st.st_mode))
+		return cli_fail(cmd, o.json, EXIT_USAGE, "--peers: %s is a device; the peer's pool "
+				"is a file beside the log: give --wal a file", path);
+	if (res.peers && snprintf(pool, sizeof pool, "%s" PEER_POOL_SUFFIX, path) >= (int)sizeof pool)
+		return cli_fail(cmd, o.json, EXIT_USAGE, "--peers: %s" PEER_POOL_SUFFIX ": path too "
+				"long", path);
+	if (res.peers && lstat(pool, &st) == 0)
 		return cli_fail(cmd, o.json, EXIT_USAGE, "--peers: %s exists; libpmemlog's pool goes "
 				"there, and nothing is written over (remove it, or give --wal another "
-				"path)", msg);
+				"path)", pool);
 	/* Made here, exclusively, so that removing it afterwards removes
 	 * nothing but this run's log. */
 	if (stat(path, &st) < 0) {
@@ -708,11 +715,10 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 		give_back(path, made);
 		return cli_fail(cmd, o.json, EXIT_USAGE, "%s", err.msg);
 	}
-	if (res.peers && b.st.media == WAL_MEDIA_DEVDAX) {
+	if (res.peers && bench_pmemlog_load(b.st.media == WAL_MEDIA_SHM, msg, sizeof msg) < 0) {
 		wal_close(b.w);
 		give_back(path, made);
-		return cli_fail(cmd, o.json, EXIT_USAGE, "--peers: %s is a device-DAX node; the "
-				"peer's pool is a file beside the log: give --wal a file", path);
+		return cli_fail(cmd, o.json, EXIT_USAGE, "--peers: %s", msg);
 	}
 	b.dst_len = b.st.capacity;
 	b.src = malloc(MAX_RECORD);
@@ -726,7 +732,7 @@ static int bench(const struct cli_command *cmd, int argc, char **argv)
 	}
 	wal_close(b.w);
 	give_back(path, made);
-	if (ret == 0 && res.peers && run_peers(&b, &res, msg, sizeof msg) < 0) {
+	if (ret == 0 && res.peers && run_peers(&b, pool, &res, msg, sizeof msg) < 0) {
 		free(b.src);
 		free(b.dst);
 		return cli_fail(cmd, o.json, EXIT_USAGE, "--peers: %s", msg);

@@ -40,6 +40,10 @@ struct peer_results {
 	double walk_bps;
 	char how[160];			/* the library, and what it was told */
 };
+/* Load libpmemlog now (memory: tell it the medium is memory, unless the
+ * environment says): 0, or -1 with err.  Before anything is measured, so
+ * that a missing library ends the run at once. */
+int bench_pmemlog_load(int memory, char *err, size_t errlen);
 /* 0, or -1 with err (the library missing, the pool not made, a failure). */
 int bench_pmemlog(const struct peer_run *r, struct peer_results *res, char *err, size_t errlen);
 

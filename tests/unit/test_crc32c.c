@@ -199,11 +199,12 @@ static void test_zeros(void)
  * byte around them touched, and the CRC that of the source, chained. */
 static void test_copy(void)
 {
-	static const size_t lens[] = { 0, 1, 7, 8, 9, 767, 768, 769, 3 * 8192 - 1,
-				       3 * 8192 + 6, 3 * 8192 + 7, 3 * 8192 + 8,
-				       2 * 3 * 8192 + 3 * 256 + 13, 100003 };
+	static const size_t lens[] = { 0, 1, 7, 8, 9, 15, 16, 17, 767, 768, 769, 783, 784,
+				       3 * 8192 - 1, 3 * 8192 + 6, 3 * 8192 + 7, 3 * 8192 + 8,
+				       3 * 8192 + 15, 3 * 8192 + 16, 2 * 3 * 8192 + 3 * 256 + 13,
+				       100003 };
 	enum { GUARD = 64 };
-	size_t max = 100003 + 8, i, so, dof;
+	size_t max = 100003 + 16, i, so, dof, g;
 	unsigned char *src = xmalloc(max), *dst = xmalloc(max + 2 * GUARD);
 
 	fill_random(src, max, 99);
@@ -217,8 +218,10 @@ static void test_copy(void)
 				got = crc32c_copy(0x1234567u, dst + GUARD + dof, src + so, len);
 				CU_ASSERT_EQUAL(got, crc32c(0x1234567u, src + so, len));
 				CU_ASSERT(memcmp(dst + GUARD + dof, src + so, len) == 0);
-				CU_ASSERT(dst[GUARD + dof - 1] == 0xEE);
-				CU_ASSERT(dst[GUARD + dof + len] == 0xEE);
+				for (g = 0; g < GUARD; g++) {
+					CU_ASSERT(dst[GUARD + dof - 1 - g] == 0xEE);
+					CU_ASSERT(dst[GUARD + dof + len + g] == 0xEE);
+				}
 			}
 	free(src);
 	free(dst);

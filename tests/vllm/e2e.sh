@@ -21,7 +21,8 @@
 #      prompt and the tokens before the restored window came from the
 #      restored KV (cached_tokens >= prompt + resumed_from - one block);
 #      moeft restore alone removed every file b's server left in /dev/shm
-#   d  a second crash: restore (a copy of) b's logs, resubmit, kill the
+#   d  a second crash (what it leaves in /dev/shm removed by the second
+#      restore, as in c): restore (a copy of) b's logs, resubmit, kill the
 #      server an eighth of the way through what the requests had left
 #      (from when its log says they resumed, tests/vllm/e2e.py kill-at),
 #      restore again, resubmit: as c.  When the kill came too late
@@ -128,6 +129,9 @@ running=
 # Kill what is left of it on the way out.
 cleanup() {
 	[[ -n $running ]] && helper kill "$running" "$work/shm-before" >/dev/null 2>&1
+	# What a kill left to a restore that failed or never came.
+	cat "$work"/shm-left* 2>/dev/null | grep -E '^(psm_|sem\.mp-)[^/]+$' |
+		while read -r name; do rm -f "/dev/shm/$name"; done
 	if ((failed)) || [[ $keep == 1 ]]; then
 		echo "vllm e2e: kept $work and $shm"
 	else
@@ -318,7 +322,7 @@ second_crash() {
 	# 1/PART of the way through what the restored requests had left (the
 	# restore's directory says what), from when the server's log says
 	# they resumed; the killer watches before the requests start.
-	helper kill-at "$wal" "$max_tokens" "$work/baseline.json" \
+	E2E_LEAVE_SHM=$work/shm-left-d$1 helper kill-at "$wal" "$max_tokens" "$work/baseline.json" \
 		"$work/server-d$1-1.log" "$running" "$work/shm-before" "$2" "$work/killer-d$1" &
 	killer=$!
 	for ((i = 0; i < 600; i++)); do
@@ -347,6 +351,12 @@ second_crash() {
 	echo "    the first restore resumed at $(resume_steps "$wal.restore")"
 	restore_and_check "second crash" "$wal" "$work/server-d$1-2.log" || return 1
 	echo "    the second at $(resume_steps "$wal.restore")"
+	# The restored server's own leftovers, removed by the second restore.
+	if helper shm-gone "$work/shm-left-d$1" "$work/server-d$1-2.log"; then
+		ok "second crash: restore cleans /dev/shm"
+	else
+		notok "second crash: restore cleans /dev/shm" "see above"
+	fi
 }
 resume_steps() { cat "$1"/*/manifest.json | grep -o '"resume_step": *[0-9]*' | sort -u | tr '\n' ' '; }
 
