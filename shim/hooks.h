@@ -81,9 +81,13 @@ struct shim_call {
 };
 
 /* The real function behind id, resolved on first use: NULL when it cannot
- * be found (logged once per symbol; the wrapper then fails the call). */
+ * be found (logged once per symbol; the wrapper then fails the call).
+ * With caller, a code address of the application's call: a runtime entry
+ * found nowhere else is looked up in the scope of the object holding it
+ * (its private copy of the runtime, real.c). */
 extern _Atomic(void *) shim_reals[SHIM_COUNT];
 void *shim_resolve(unsigned id);
+void *shim_resolve_for(unsigned id, const void *caller);
 /* The same without a word when there is none: for probes that expect a
  * machine without the driver (the device's name at the log's start). */
 void *shim_probe(unsigned id);
@@ -93,6 +97,13 @@ static inline void *shim_real(unsigned id)
 	void *p = atomic_load_explicit(&shim_reals[id], memory_order_acquire);
 
 	return p ? p : shim_resolve(id);
+}
+
+static inline void *shim_real_for(unsigned id, const void *caller)
+{
+	void *p = atomic_load_explicit(&shim_reals[id], memory_order_acquire);
+
+	return p ? p : shim_resolve_for(id, caller);
 }
 
 /* dlsym(handle, name of hook id) on an explicit handle: our wrapper when

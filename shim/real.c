@@ -17,6 +17,13 @@
  *   driver   dlsym on dlopen("libcuda.so.1", RTLD_NOLOAD), then RTLD_NEXT
  *            (a program linked with -lcuda).
  *
+ * A runtime entry found neither way may still be the caller's: a wheel's
+ * private, renamed copy of the runtime (auditwheel's libcudart-HASH.so.12)
+ * keeps the version node, so its users bind to our wrapper, yet it is
+ * loaded privately under another soname.  Then the lookup is made in the
+ * calling object's own scope (its dependencies, which never hold us), and
+ * the copy it finds serves that runtime's later lookups too.
+ *
  * A symbol found nowhere is logged once; its wrapper returns the API's
  * "not initialized" error.  A lookup that answers with our own wrapper (a
  * handle whose scope includes us) never counts as the real symbol.
@@ -110,6 +117,9 @@ static const struct proc procs[] = {
 
 _Atomic(void *) shim_reals[SHIM_COUNT];
 static atomic_bool missing_said[SHIM_COUNT];
+/* Per runtime: a privately loaded copy found through a caller (a handle
+ * held for good: the copy was loaded, and stays). */
+static _Atomic(void *) private_rt[LIB_DRV];
 
 /* ---- resolution ---------------------------------------------------------- */
 
@@ -132,10 +142,13 @@ static void *find(unsigned id)
 
 	if (syms[id].lib != LIB_DRV) {
 		const char *rt = sonames[syms[id].lib];
+		void *copy = atomic_load_explicit(&private_rt[syms[id].lib], memory_order_acquire);
 
 		p = dlvsym(RTLD_NEXT, name, rt);
 		if (!p)
 			p = in_loaded(rt, name, rt);
+		if (!p && copy)
+			p = dlvsym(copy, name, rt);
 	} else {
 		p = in_loaded(SHIM_CUDA_SONAME, name, NULL);
 		if (!p)
@@ -171,14 +184,46 @@ void *shim_probe(unsigned id)
 	return known(id);
 }
 
-void *shim_resolve(unsigned id)
+/* Runtime entry id as the object holding caller (a code address) would
+ * have bound it without us: from that object's own scope.  The runtime
+ * found there is kept for this runtime's other entries. */
+static void *from_caller(unsigned id, const void *caller)
+{
+	const char *rt = sonames[syms[id].lib];
+	void *h, *copy, *none = NULL, *p = NULL;
+	Dl_info who, def;
+
+	if (!caller || !dladdr(caller, &who) || !who.dli_fname || !who.dli_fname[0] ||
+	    !(h = dlopen(who.dli_fname, RTLD_NOLOAD | RTLD_LAZY)))
+		return NULL;
+	p = dlvsym(h, syms[id].name, rt);
+	dlclose(h);
+	if (!p || p == shim_wrapper(id) || !dladdr(p, &def) || !def.dli_fname ||
+	    !(copy = dlopen(def.dli_fname, RTLD_NOLOAD | RTLD_LAZY)))
+		return NULL;
+	if (atomic_compare_exchange_strong(&private_rt[syms[id].lib], &none, copy))
+		shim_log(SHIM_LOG_INFO, "%s's calls to %s go to %s, its private copy of the runtime",
+			 who.dli_fname, rt, def.dli_fname);
+	else
+		dlclose(copy);
+	return p;
+}
+
+void *shim_resolve_for(unsigned id, const void *caller)
 {
 	void *p = known(id);
 
+	if (!p && syms[id].lib != LIB_DRV && (p = from_caller(id, caller)))
+		p = publish(id, p);
 	if (!p && !atomic_exchange_explicit(&missing_said[id], 1, memory_order_relaxed))
 		shim_log(SHIM_LOG_ERROR, "cannot find the real %s in %s; calls to it fail", syms[id].name,
 		       sonames[syms[id].lib]);
 	return p;
+}
+
+void *shim_resolve(unsigned id)
+{
+	return shim_resolve_for(id, NULL);
 }
 
 /*

@@ -405,7 +405,7 @@ static void ev_cuGetProcAddress_v2(const struct shim_call *c, const char *symbol
 	ret fn params									\
 	{										\
 		struct shim_call c = { SHIM_PRE, 0, rt12, 0 };				\
-		void *p = shim_real(id);						\
+		void *p = shim_real_for(id, __builtin_return_address(0));		\
 		ret (*real) params;							\
 		ret r;									\
 		int on;									\

@@ -28,6 +28,9 @@
 /* probe check CUDART12: the size it allocates through that runtime */
 #define PROBE_RT12_SIZE 24576
 
+/* privuser.c: the size it allocates through its private runtime copy */
+#define PROBE_PRIVATE_SIZE 40960
+
 /* probe fork: the parent allocates PROBE_FORK_ALLOCS and frees them; its
  * child allocates and frees one of PROBE_FORK_CHILD_SIZE bytes */
 #define PROBE_FORK_ALLOCS 2

@@ -39,6 +39,7 @@ struct run {
 };
 
 static const char *lib, *probe, *probe12, *cudart12, *nest, *nest_static, *fixture_dir, *serve;
+static const char *privuser, *privcall;
 static char *baseline;   /* probe run's stdout without the preload */
 
 static char *slurp_fd(int fd)
@@ -392,6 +393,39 @@ static void test_check(void)
 	unlink(path);
 }
 
+/* A module linked to a private, renamed copy of the CUDA 12 runtime (a
+ * wheel's libcudart-HASH.so.12), loaded as Python loads one (RTLD_LOCAL)
+ * with no libcudart.so.12 in the process: its calls bind to our twins,
+ * which find that copy through the caller, and are logged. */
+static void test_private_runtime(void)
+{
+	const char *argv[] = { privcall, privuser, NULL };
+	char path[256], wal[300];
+	const char *env[] = { wal, NULL };
+	const struct rec_alloc *a;
+	struct logged l;
+	struct run r;
+
+	r = run(argv, NULL, 0);
+	CU_ASSERT_EQUAL(r.status, 0);
+	CU_ASSERT_STRING_EQUAL(r.out, "privcall: 0\n");
+	done(&r);
+
+	snprintf(wal, sizeof wal, "MOEFT_WAL=%s", test_path(path, sizeof path, "private"));
+	r = run(argv, env, 1);
+	CU_ASSERT_EQUAL(r.status, 0);
+	CU_ASSERT_STRING_EQUAL(r.out, "privcall: 0\n");
+	CU_ASSERT_STRING_EQUAL(r.err, "");
+	CU_ASSERT_FATAL(read_log(path, &l) == 0);
+	CU_ASSERT_EQUAL(l.bad, 0);
+	a = logged(&l, PROBE_PRIVATE_SIZE);
+	CU_ASSERT(a && a->api == ALLOC_API_CUDA_MALLOC);
+	CU_ASSERT_EQUAL(l.allocs, 1);
+	CU_ASSERT_EQUAL(l.frees, 1);
+	done(&r);
+	unlink(path);
+}
+
 /* The nesting program's log at path: NEST_ALLOCS allocations and as many
  * frees, all of one of them through the API `sync`, the one left through
  * `async`, none through any other. */
@@ -698,6 +732,7 @@ int main(void)
 		{ "dlsym and cuGetProcAddress answers", test_check },
 		{ "runtime-to-driver nesting", test_nesting },
 		{ "a statically linked runtime", test_static_runtime },
+		{ "a private copy of the runtime", test_private_runtime },
 		{ "fail open", test_fail_open },
 		{ "fork", test_fork },
 		{ "crash record, then the program's own disposition", test_crash },
@@ -718,10 +753,14 @@ int main(void)
 	nest_static = getenv("SHIMTEST_NEST_STATIC");
 	fixture_dir = getenv("SHIMTEST_FIXTURE_DIR");
 	serve = getenv("SHIMTEST_SERVE");
-	if (!lib || !probe || !probe12 || !cudart12 || !nest || !nest_static || !fixture_dir) {
+	privuser = getenv("SHIMTEST_PRIVUSER");
+	privcall = getenv("SHIMTEST_PRIVCALL");
+	if (!lib || !probe || !probe12 || !cudart12 || !nest || !nest_static || !fixture_dir ||
+	    !privuser || !privcall) {
 		fprintf(stderr, "test_preload: set SHIMTEST_LIB, SHIMTEST_PROBE, SHIMTEST_PROBE12, "
-			"SHIMTEST_CUDART12, SHIMTEST_NEST, SHIMTEST_NEST_STATIC and "
-			"SHIMTEST_FIXTURE_DIR (meson test does)\n");
+			"SHIMTEST_CUDART12, SHIMTEST_NEST, SHIMTEST_NEST_STATIC, "
+			"SHIMTEST_PRIVUSER, SHIMTEST_PRIVCALL and SHIMTEST_FIXTURE_DIR (meson test "
+			"does)\n");
 		return 1;
 	}
 	rc = cu_run(suites);
