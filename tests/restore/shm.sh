@@ -64,9 +64,12 @@ list_of() {
 
 shm() { [ -e "/dev/shm/$1-$tag" ]; }
 
-# restore NAME: moeft restore --wal DIR -- true; its stderr in $dir/NAME.err.
+# restore NAME: moeft restore --wal DIR -- CMD, CMD a shmmaker that makes
+# nothing and exits 0 (a program of this build: under the sanitizers the
+# preload needs their runtime in the program); its stderr in
+# $dir/NAME.err.
 restore() {
-	"$moeft" restore --wal "$dir" --preload "$lib" -- true 2>"$dir/.$1.err" ||
+	"$moeft" restore --wal "$dir" --preload "$lib" -- "$maker" "$tag" - 2>"$dir/.$1.err" ||
 		fail "$1: moeft restore exited $?: $(cat "$dir/.$1.err")"
 }
 
@@ -103,7 +106,8 @@ for n in psm_e other_f psm_decoy; do
 	shm $n || fail "crash: /dev/shm/$n-$tag, not the dead process's to remove, is gone"
 done
 [ ! -e "$list" ] || fail "crash: its list was left: $list"
-grep -q "starting true fresh" "$dir/.crash.err" || fail "crash: true did not start: $(cat "$dir/.crash.err")"
+grep -q "nothing to restore, starting $maker fresh" "$dir/.crash.err" ||
+	fail "crash: the command did not start: $(cat "$dir/.crash.err")"
 
 # 2. A live process's names stay, and so does its list.
 make live shm psm_g
@@ -244,7 +248,7 @@ list=$(ls "$one"/*.shm 2>/dev/null)
 [ -f "$list" ] || fail "one: no list beside the single log: $(ls -A "$one")"
 kill -9 $maker_pid
 wait $maker_pid 2>/dev/null
-"$moeft" restore --wal "$one/serve.wal" --preload "$lib" -- true 2>"$dir/.one.err" ||
+"$moeft" restore --wal "$one/serve.wal" --preload "$lib" -- "$maker" "$tag" - 2>"$dir/.one.err" ||
 	fail "one: moeft restore exited $?: $(cat "$dir/.one.err")"
 removed one 1
 ! shm psm_p && [ ! -e "$list" ] || fail "one: the file or list beside the single log was left"
