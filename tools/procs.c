@@ -3,37 +3,19 @@
  */
 #include <ctype.h>
 #include <dirent.h>
-#include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "procs.h"
+#include "procstat.h"
 
-/* /proc/PID/stat into *p: 0, or -1 when the process is gone. */
+/* Process pid into *p: 0, or -1 when it is gone. */
 static int stat_of(pid_t pid, struct proc_info *p)
 {
-	char path[64], buf[512], *end;
-	int ppid, pgrp;
-	ssize_t n;
-	int fd;
+	struct procstat st;
 
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+	if (procstat_read(pid, &st) < 0)
 		return -1;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	/* "PID (COMM) STATE PPID PGRP ...": COMM may hold anything, ')' too */
-	if (!(end = strrchr(buf, ')')) ||
-	    sscanf(end + 1, " %c %d %d", &p->state, &ppid, &pgrp) != 3)
-		return -1;
-	p->pid = pid;
-	p->ppid = (pid_t)ppid;
-	p->pgrp = (pid_t)pgrp;
+	*p = (struct proc_info){ .pid = pid, .ppid = st.ppid, .pgrp = st.pgrp, .state = st.state };
 	return 0;
 }
 

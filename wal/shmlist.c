@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "media.h"
+#include "procstat.h"
 #include "shmlist.h"
 
 int shmlist_transient(const char *name)
@@ -47,34 +48,6 @@ size_t shmlist_each(char *buf, size_t len, void (*fn)(void *arg, const char *nam
 	for (line = buf; line < end; line += strlen(line) + 1)
 		fn(arg, line);
 	return 0;
-}
-
-/* Of /proc/PID/stat: the state, the process group and the start time.
- * 0, or -1 when the process is gone. */
-static int proc_stat(pid_t pid, char *state, pid_t *pgid, uint64_t *start)
-{
-	char path[64], buf[1024], *at;
-	int ppid, group;
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return -1;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	/* "PID (COMM) STATE PPID PGRP ...": COMM may hold anything, ')' and
-	 * spaces too; the start time is field 22, the 19th after PGRP. */
-	if (!(at = strrchr(buf, ')')) || sscanf(at + 1, " %c %d %d", state, &ppid, &group) != 3)
-		return -1;
-	for (int field = 2; field < 22; field++)
-		if (!(at = strchr(at + 1, ' ')))
-			return -1;
-	*pgid = (pid_t)group;
-	return sscanf(at + 1, "%" SCNu64, start) == 1 ? 0 : -1;
 }
 
 /* A zombie's main thread is dead, but the process runs while another of
@@ -114,36 +87,35 @@ static int pid_ns(const char *proc, uint64_t *ns)
 
 int shmlist_self(struct shmlist_owner *o)
 {
-	char state;
-	pid_t pgid;
+	struct procstat st;
 
 	o->pid = getpid();
 	o->pgid = getpgrp();
-	return proc_stat(o->pid, &state, &pgid, &o->start) == 0 && pid_ns("self", &o->ns) == 0 ?
-	       0 : -1;
+	if (procstat_read(o->pid, &st) < 0 || pid_ns("self", &o->ns) < 0)
+		return -1;
+	o->start = st.start;
+	return 0;
 }
 
 int shmlist_alive(const struct shmlist_owner *o)
 {
-	uint64_t ns, start;
+	struct procstat st;
 	struct dirent *e;
-	char state;
-	pid_t pgid;
 	int alive = 0;
+	uint64_t ns;
 	DIR *d;
 
 	if (pid_ns("self", &ns) < 0 || ns != o->ns)
 		return -1;
-	if (proc_stat(o->pid, &state, &pgid, &start) == 0 && start == o->start &&
-	    runs(o->pid, state))
+	if (procstat_read(o->pid, &st) == 0 && st.start == o->start && runs(o->pid, st.state))
 		return 1;
 	if (!(d = opendir("/proc")))
 		return 1;	/* cannot tell: as if it ran */
 	while (!alive && (e = readdir(d))) {
 		pid_t pid = (pid_t)atoi(e->d_name);
 
-		alive = pid > 0 && proc_stat(pid, &state, &pgid, &start) == 0 &&
-			pgid == o->pgid && runs(pid, state);
+		alive = pid > 0 && procstat_read(pid, &st) == 0 && st.pgrp == o->pgid &&
+			runs(pid, st.state);
 	}
 	closedir(d);
 	return alive;
