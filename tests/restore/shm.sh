@@ -54,6 +54,12 @@ make() {
 	pids="$pids $maker_pid $orphan"
 }
 
+# kill -9 the last shmmaker made, and reap it.
+kill_maker() {
+	kill -9 $maker_pid
+	wait $maker_pid 2>/dev/null
+}
+
 # The list of process $1 (exactly one), or fail.
 list_of() {
 	local l=("$dir/$1".*.shm)
@@ -93,8 +99,7 @@ list=$(list_of $maker_pid)
 want=$(printf '%s\n' psm_a-$tag sem.mp-b-$tag psm_c-$tag torch_d-$tag)
 [ "$(cat "$list")" = "$want" ] || fail "crash: the list holds '$(cat "$list")', want '$want'"
 [ "$(stat -c %a "$list")" = 600 ] || fail "crash: the list's mode is $(stat -c %a "$list")"
-kill -9 $maker_pid
-wait $maker_pid 2>/dev/null
+kill_maker
 echo decoy >/dev/shm/psm_decoy-$tag
 restore crash
 removed crash 3
@@ -115,8 +120,7 @@ list=$(list_of $maker_pid)
 restore live
 removed live 0
 shm psm_g && [ -f "$list" ] || fail "live: a live process's file or list was removed"
-kill -9 $maker_pid
-wait $maker_pid 2>/dev/null
+kill_maker
 restore live-dead
 removed live-dead 1
 ! shm psm_g && [ ! -e "$list" ] || fail "live: once dead, its file or list was left"
@@ -141,8 +145,7 @@ kill -9 $reaper
 # gone; the rest goes at once.
 make orphan shm psm_h shm psm_i child psm_h
 list=$(list_of $maker_pid)
-kill -9 $maker_pid
-wait $maker_pid 2>/dev/null
+kill_maker
 restore orphan
 removed orphan 1
 shm psm_h && ! shm psm_i && [ -f "$list" ] ||
@@ -167,8 +170,7 @@ lines=$(wc -l <"$list")
 [ "$(head -n1 "$list")" = psm_k-$tag ] && [ "$lines" -lt 3000 ] ||
 	fail "churn: $lines lines, first '$(head -n1 "$list")': not compacted"
 [ ! -e "$list.new" ] || fail "churn: $list.new was left"
-kill -9 $maker_pid
-wait $maker_pid 2>/dev/null
+kill_maker
 restore churn
 removed churn 1
 ! shm psm_k && [ ! -e "$list" ] || fail "churn: psm_k or the list was left"
@@ -217,8 +219,7 @@ list=$(ls "$dir"/*.shm | grep -v "/$maker_pid\.")
 restore handoff
 removed handoff 0
 shm psm_w && [ -f "$list" ] || fail "handoff: the live server's file or its worker's list was removed"
-kill -9 $maker_pid
-wait $maker_pid 2>/dev/null
+kill_maker
 restore handoff-gone
 removed handoff-gone 1
 ! shm psm_w && [ ! -e "$list" ] || fail "handoff: once the server is gone, the file or list was left"
@@ -246,8 +247,7 @@ removed threads-gone 2
 maker_env=MOEFT_WAL=$one/serve.wal make one shm psm_p
 list=$(ls "$one"/*.shm 2>/dev/null)
 [ -f "$list" ] || fail "one: no list beside the single log: $(ls -A "$one")"
-kill -9 $maker_pid
-wait $maker_pid 2>/dev/null
+kill_maker
 "$moeft" restore --wal "$one/serve.wal" --preload "$lib" -- "$maker" "$tag" - 2>"$dir/.one.err" ||
 	fail "one: moeft restore exited $?: $(cat "$dir/.one.err")"
 removed one 1
