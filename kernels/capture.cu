@@ -120,6 +120,14 @@ extern "C" __global__ void moeft_kv_release(struct kv_release_args a)
 		kv_release(&a);
 }
 
+/* One thread (kvsnap_algo.h, kvsnap.h): host memory it writes is the
+ * host's once the kernel is through (an event after it says so). */
+extern "C" __global__ void moeft_kv_header(struct kv_header_args a)
+{
+	if (threadIdx.x == 0 && blockIdx.x == 0)
+		kv_header_copy(&a);
+}
+
 /* Grid-stride over the slots, a thread each (kvsnap_algo.h). */
 extern "C" __global__ void __launch_bounds__(KVMARK_THREADS)
 moeft_kv_mark(struct kv_mark_args a)

@@ -9,6 +9,7 @@
 #define KERNEL_KV_SNAPSHOT "moeft_kv_snapshot"
 #define KERNEL_KV_MARK "moeft_kv_mark"
 #define KERNEL_KV_RELEASE "moeft_kv_release"
+#define KERNEL_KV_HEADER "moeft_kv_header"
 
 /* The sm_90 fatbin with compute_90 PTX, when nvcc built one: kernel_nimages
  * is 1, else 0.  A module image named by MOEFT_KERNEL_IMAGE goes first (a

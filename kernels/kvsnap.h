@@ -201,12 +201,28 @@ struct kv_release_args {
 	uint32_t pad;                 /* zero */
 };
 
+/*
+ * Parameters of moeft_kv_header (by value; one thread): copy the staging
+ * header *src to *dst, one of them the snapshots' header in device memory
+ * (ctl), the other the staging area's own in pinned host memory (device
+ * view).  A pass resets ctl from the host's header and returns the counters
+ * to it by this kernel, not by copies: a serving stream held at a boundary
+ * may have a copy of its own queued, and a GPU may run the copies of all
+ * streams through one copy engine's queue, so a copy of moeft's would wait
+ * behind it while the stream waits for moeft: a deadlock.
+ */
+struct kv_header_args {
+	struct kv_stage *dst;
+	const struct kv_stage *src;
+};
+
 #ifndef __CUDACC__
 /* Host references of moeft_kv_snapshot (same effect; chunks in any order),
- * moeft_kv_mark and moeft_kv_release. */
+ * moeft_kv_mark, moeft_kv_release and moeft_kv_header. */
 void kv_snapshot_ref(const struct kv_snap_args *a);
 void kv_mark_ref(const struct kv_mark_args *a);
 void kv_release_ref(const struct kv_release_args *a);
+void kv_header_ref(const struct kv_header_args *a);
 
 /* Whether moeft_kv_mark takes *a (an invalid one marks nothing). */
 int kv_mark_valid(const struct kv_mark_args *a);

@@ -277,6 +277,17 @@ ALGO_FN void kv_release(const struct kv_release_args *a)
 		atom_publish32(a->flag, a->gen);
 }
 
+/* The header, word by word (a header is whole 64-bit words). */
+ALGO_FN void kv_header_copy(const struct kv_header_args *a)
+{
+	const uint64_t *src = (const uint64_t *)a->src;
+	uint64_t *dst = (uint64_t *)a->dst;
+	unsigned i;
+
+	for (i = 0; i < sizeof(struct kv_stage) / sizeof(uint64_t); i++)
+		dst[i] = src[i];
+}
+
 /* ---- the mark ---------------------------------------------------------- */
 
 ALGO_FN int kv_mark_ok(const struct kv_mark_args *a)

@@ -56,3 +56,8 @@ void kv_release_ref(const struct kv_release_args *a)
 {
 	kv_release(a);
 }
+
+void kv_header_ref(const struct kv_header_args *a)
+{
+	kv_header_copy(a);
+}

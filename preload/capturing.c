@@ -139,6 +139,27 @@ static _Atomic uint64_t pass_wanted;
 static _Thread_local int on_consumer __attribute__((tls_model("initial-exec")));
 static int more_pass(uint64_t step);
 
+/* A pass stalled behind the streams that wait for it (snapshot.h): its
+ * window given up with what the ring holds of it, then the streams let
+ * go, and held no more.  Under the drain lock. */
+static void unstall(void)
+{
+	char state[320];
+	uint64_t end = snap_stalled(mono_ns());
+
+	if (!end)
+		return;
+	snap_state(state, sizeof state);
+	drain();
+	wa_give_up(cap.wa, end);
+	snap_unhold();
+	msg_log(WAL_LOG_WARN, "capture: a KV snapshot pass made no progress in %llu ms while "
+		"the serving streams waited for it (the GPU queued it behind them: %s); the "
+		"streams are let go, this window is KV-partial, and from now on they wait "
+		"for each snapshot's end instead, with staging sized to the KV pools",
+		(unsigned long long)(SNAP_STALL_NS / 1000000), state);
+}
+
 static void *consumer(void *arg)
 {
 	const struct timespec idle = { 0, CAP_POLL_NS },
@@ -176,6 +197,7 @@ static void *consumer(void *arg)
 						"KV chunk again");
 			}
 		}
+		unstall();
 		pthread_mutex_unlock(&cap.drain_lock);
 		reclaim_once(&reclaimed);
 		nanosleep(atomic_load_explicit(snap_busy(), memory_order_relaxed) ? &busy : &idle,
@@ -248,9 +270,10 @@ static struct cap_append_args ring_append(void)
 					 .prod = (struct cap_prod *)(uintptr_t)cap.prod };
 }
 
+/* Whether the window's streams were held through its last pass. */
 static int capture_live(void)
 {
-	return atomic_load_explicit(&cap.on, memory_order_acquire);
+	return atomic_load_explicit(&cap.on, memory_order_acquire) && snap_held();
 }
 
 /* The snapshot mark of the window that ends before step (window.h). */
@@ -279,7 +302,9 @@ static int more_pass(uint64_t step)
 	}
 	if (snap_continue(&mark, why, sizeof why) == 0)
 		return 0;
-	capture_off(why);
+	/* The hold given up (unstall): the window goes KV-partial. */
+	if (snap_held())
+		capture_off(why);
 	return -1;
 }
 

@@ -18,7 +18,7 @@
 /* A mark has a slot per token of the launch: a few blocks do. */
 #define MARK_BLOCKS 16u
 
-enum { FN_APPEND, FN_SNAPSHOT, FN_MARK, FN_RELEASE, NFNS };
+enum { FN_APPEND, FN_SNAPSHOT, FN_MARK, FN_RELEASE, FN_HEADER, NFNS };
 
 static const char *image_path;	/* MOEFT_KERNEL_IMAGE, or NULL */
 /* Written once, before capture is switched on. */
@@ -55,12 +55,14 @@ int kernels_load(char *why, size_t whylen)
 	static const char *const names[NFNS] = {
 		[FN_APPEND] = KERNEL_CAPTURE_APPEND, [FN_SNAPSHOT] = KERNEL_KV_SNAPSHOT,
 		[FN_MARK] = KERNEL_KV_MARK, [FN_RELEASE] = KERNEL_KV_RELEASE,
+		[FN_HEADER] = KERNEL_KV_HEADER,
 	};
 	static const size_t sizes[NFNS] = {
 		[FN_APPEND] = sizeof(struct cap_append_args),
 		[FN_SNAPSHOT] = sizeof(struct kv_snap_args),
 		[FN_MARK] = sizeof(struct kv_mark_args),
 		[FN_RELEASE] = sizeof(struct kv_release_args),
+		[FN_HEADER] = sizeof(struct kv_header_args),
 	};
 	const void *images[2];
 	unsigned n = 0;
@@ -107,4 +109,11 @@ int kernels_mark(void *stream, const struct kv_mark_args *a)
 int kernels_release(void *stream, const struct kv_release_args *a)
 {
 	return shim_dev_launch(fns[FN_RELEASE], 1, 1, stream, (void *)a);
+}
+
+int kernels_header(void *stream, struct kv_stage *dst, const struct kv_stage *src)
+{
+	struct kv_header_args a = { dst, src };
+
+	return shim_dev_launch(fns[FN_HEADER], 1, 1, stream, &a);
 }

@@ -21,11 +21,13 @@ void kernels_init(const char *image_path);
 int kernels_load(char *why, size_t whylen);
 
 /* Enqueue moeft_capture_append(*a) (one block), moeft_kv_snapshot(*a),
- * moeft_kv_mark(*a) or moeft_kv_release(*a) on stream: 0 or the driver's
- * CUresult.  Only after kernels_load succeeded. */
+ * moeft_kv_mark(*a), moeft_kv_release(*a) or moeft_kv_header (dst, src:
+ * device views) on stream: 0 or the driver's CUresult.  Only after
+ * kernels_load succeeded. */
 int kernels_append(void *stream, const struct cap_append_args *a);
 int kernels_snapshot(void *stream, const struct kv_snap_args *a);
 int kernels_mark(void *stream, const struct kv_mark_args *a);
 int kernels_release(void *stream, const struct kv_release_args *a);
+int kernels_header(void *stream, struct kv_stage *dst, const struct kv_stage *src);
 
 #endif

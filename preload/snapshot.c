@@ -67,8 +67,13 @@ static struct {
 				       read_bytes yet */
 	uint64_t fresh_pending;     /* nor what its fresh pools read */
 	/* Back-pressure (snapshot.h): */
-	int hold;                   /* 1: the serving streams wait for the flag;
-				       0: for done (no stream memory operations) */
+	atomic_int hold;            /* 1: the serving streams wait for the flag;
+				       0: for done (no stream memory
+				       operations, or a pass stalled) */
+	atomic_int let_go;          /* the open window's streams were let go
+				       before its last pass (snap_unhold) */
+	_Atomic uint64_t pass_ns;   /* when the last pass was enqueued */
+	_Atomic uint64_t pass_step; /* and the step its window ends before */
 	_Atomic uint32_t *flag;     /* the release word (pinned, mapped) */
 	uint64_t flag_dev;
 	_Atomic uint32_t gen;       /* the boundary's: what the streams wait for */
@@ -166,6 +171,41 @@ int snap_done(void)
 	return atomic_load_explicit(&sn.busy, memory_order_acquire) &&
 	       atomic_load_explicit(&sn.armed, memory_order_acquire) &&
 	       shim_dev_query(sn.done) == 0;
+}
+
+uint64_t snap_stalled(uint64_t now)
+{
+	if (atomic_load(&sn.hold) && atomic_load_explicit(&sn.busy, memory_order_acquire) &&
+	    atomic_load_explicit(&sn.armed, memory_order_acquire) &&
+	    now - atomic_load(&sn.pass_ns) > SNAP_STALL_NS && shim_dev_query(sn.done) != 0)
+		return atomic_load(&sn.pass_step);
+	return 0;
+}
+
+void snap_unhold(void)
+{
+	atomic_store(&sn.hold, 0);
+	atomic_store(&sn.let_go, 1);
+	snap_release();
+}
+
+int snap_held(void)
+{
+	return !atomic_load(&sn.let_go);
+}
+
+void snap_state(char *buf, size_t len)
+{
+	const struct kv_stage *st = sn.stage;
+
+	snprintf(buf, len, "busy=%d armed=%d gen=%u flag=%u started=%d copied=%d done=%d "
+		 "passes=%u staging=%llu used=%llu entries=%llu overflow=%llu read=%llu",
+		 atomic_load(&sn.busy), atomic_load(&sn.armed), atomic_load(&sn.gen),
+		 sn.flag ? atomic_load(sn.flag) : 0, sn.start ? shim_dev_query(sn.start) : -1,
+		 sn.copied ? shim_dev_query(sn.copied) : -1, sn.done ? shim_dev_query(sn.done) : -1,
+		 atomic_load(&sn.npass), (unsigned long long)sn.stage_len,
+		 (unsigned long long)(st ? st->used : 0), (unsigned long long)(st ? st->entries : 0),
+		 (unsigned long long)(st ? st->overflow : 0), (unsigned long long)(st ? st->read : 0));
 }
 
 unsigned snap_passes(void)
@@ -273,9 +313,9 @@ static void open_hold(void)
 				nanosleep(&ms, NULL);
 		}
 	}
-	sn.hold = r == 0;
+	atomic_store(&sn.hold, r == 0);
 	atomic_store(&sn.gen, 1);	/* the flag's value: every boundary's is newer */
-	if (sn.hold) {
+	if (r == 0) {
 		shim_dev_event_free(seen);
 		shim_dev_stream_free(probe);
 		return;
@@ -376,7 +416,7 @@ static int size_stage(char *why, size_t whylen)
 	if (!min_chunk)
 		min_chunk = KVSNAP_MIN_CHUNK;	/* no pool yet: any table will do */
 	want = all;
-	if (sn.hold) {
+	if (atomic_load(&sn.hold)) {
 		uint64_t data = sn.need + 2 * max_chunk;
 
 		if (stage_len_for(data, min_chunk) < want)
@@ -388,7 +428,7 @@ static int size_stage(char *why, size_t whylen)
 		return 0;
 	for (len = want; new_stage(len, min_chunk) < 0; len /= 2)
 		if (len / 2 < SNAP_STAGE_MIN || len / 2 <= sn.stage_len ||
-		    (sn.hold && len / 2 < stage_len_for(2 * max_chunk, min_chunk))) {
+		    (atomic_load(&sn.hold) && len / 2 < stage_len_for(2 * max_chunk, min_chunk))) {
 			if (sn.stage) {
 				len = sn.stage_len;	/* keep the smaller one */
 				break;
@@ -400,7 +440,7 @@ static int size_stage(char *why, size_t whylen)
 	if (len < want) {
 		sn.refused = want;
 		if (!warned++)
-			msg_log(WAL_LOG_WARN, sn.hold ?
+			msg_log(WAL_LOG_WARN, atomic_load(&sn.hold) ?
 				"capture: pinned staging of %llu MiB, less than the %llu MiB a "
 				"window wants: such windows take several passes while the serving "
 				"streams wait" :
@@ -554,8 +594,11 @@ static int pass(const struct cap_append_args *mark, uint32_t force, int first, c
 
 	atomic_store_explicit(&sn.armed, 0, memory_order_release);
 	kv_stage_reset(sn.stage);
-	if (sn.ctl_dev && check(shim_dev_copy_to_device(sn.ctl_dev, sn.stage, sizeof *sn.stage,
-							sn.side), "copying the staging header", why, whylen))
+	/* The header goes to and from ctl by kernels, never by copies
+	 * (kvsnap.h, kv_header_args). */
+	if (sn.ctl_dev && check(kernels_header(sn.side, (struct kv_stage *)(uintptr_t)sn.ctl_dev,
+					       (const struct kv_stage *)(uintptr_t)sn.stage_dev),
+				"launching the staging header's reset", why, whylen))
 		return -1;
 	for (i = 0; i < sn.npools; i++) {
 		struct pool *p = &sn.pools[i];
@@ -572,18 +615,23 @@ static int pass(const struct cap_append_args *mark, uint32_t force, int first, c
 			sn.fresh_pending += p->size;
 		p->fresh = 0;
 	}
-	if ((sn.ctl_dev && check(shim_dev_copy_to_host(sn.stage, sn.ctl_dev, sizeof *sn.stage,
-						       sn.side), "copying the staging header back",
-				 why, whylen)) ||
+	if ((sn.ctl_dev && check(kernels_header(sn.side, (struct kv_stage *)(uintptr_t)sn.stage_dev,
+						(const struct kv_stage *)(uintptr_t)sn.ctl_dev),
+				 "launching the staging header's return", why, whylen)) ||
 	    check(shim_dev_record(sn.copied, sn.side), "recording an event", why, whylen) ||
 	    check(kernels_append(sn.side, mark), "launching the snapshot mark", why, whylen) ||
 	    /* done before the release: a host wait that returns once the
 	     * streams go on finds the mark's pass done, and delivers it */
 	    check(shim_dev_record(sn.done, sn.side), "recording an event", why, whylen) ||
-	    (sn.hold && check(kernels_release(sn.side, &rel), "launching the release", why,
+	    (atomic_load(&sn.hold) && check(kernels_release(sn.side, &rel), "launching the release", why,
 			      whylen)))
 		return -1;
 	atomic_fetch_add(&sn.npass, 1);
+	atomic_store(&sn.pass_ns, mono_ns());
+	atomic_store(&sn.pass_step, mark->step);
+	msg_log(WAL_LOG_DEBUG, "snapshot: pass %u enqueued for step %llu (gen %u, %s, staging %llu)",
+		atomic_load(&sn.npass), (unsigned long long)mark->step, rel.gen, first ? "first" : "more",
+		(unsigned long long)sn.stage_len);
 	atomic_store_explicit(&sn.armed, 1, memory_order_release);
 	sn.read_pending = 1;
 	return 0;
@@ -594,12 +642,14 @@ static int enqueue(const struct cap_append_args *mark, void *const *lanes, unsig
 {
 	uint32_t force, gen;
 	unsigned i;
+	int hold;
 
 	/* The last window committed (not busy): its header is back, before
 	 * size_stage may free it. */
 	harvest();
 	if (open_streams(why, whylen) || size_stage(why, whylen))
 		return -1;
+	hold = atomic_load(&sn.hold);	/* open_streams found out; the boundary's */
 	read_timing();
 	/* Before the mark exists: a consumer that drained it while the
 	 * assembler held no staging area would commit the window without its
@@ -608,6 +658,7 @@ static int enqueue(const struct cap_append_args *mark, void *const *lanes, unsig
 	wa_set_stage(wa, sn.stage, &sn.busy);
 	atomic_store_explicit(&sn.armed, 0, memory_order_release);
 	atomic_store_explicit(&sn.busy, 1, memory_order_release);
+	atomic_store(&sn.let_go, 0);
 	gen = atomic_fetch_add_explicit(&sn.gen, 1, memory_order_relaxed) + 1;
 	for (i = 0; i < n && i < CLK_MAX_LANES; i++)
 		if (check(shim_dev_record(sn.events[i], lanes[i]), "recording an event", why,
@@ -622,7 +673,7 @@ static int enqueue(const struct cap_append_args *mark, void *const *lanes, unsig
 		return -1;
 	sn.timed = 1;
 	for (i = 0; i < n; i++)
-		if (sn.hold ? check(shim_dev_wait_value(lanes[i], sn.flag_dev, gen),
+		if (hold ? check(shim_dev_wait_value(lanes[i], sn.flag_dev, gen),
 				    "waiting for the release", why, whylen) :
 			      check(shim_dev_wait(lanes[i], sn.done), "waiting for the snapshot",
 				    why, whylen))
@@ -638,7 +689,7 @@ int snap_continue(const struct cap_append_args *mark, char *why, size_t whylen)
 {
 	int r = -1;
 
-	if (!sn.hold) {
+	if (!atomic_load(&sn.hold)) {
 		snprintf(why, whylen, "no back-pressure");
 		return -1;
 	}

@@ -24,7 +24,11 @@
  * (snap_continue: the chunks still marked dirty, or still unlike their
  * sums), with its own mark and release, until a pass finds room for all;
  * the serving streams wait meanwhile (back-pressure), so the window is
- * still one cut of the pools.  Staging is sized to the most a window has
+ * still one cut of the pools.  A pass holds no copy (its header moves by
+ * a kernel), yet a GPU may still queue it behind a stream it holds: a pass
+ * that has not come through in a second lets the streams go, the window
+ * goes KV-partial, and the streams wait for each snapshot's end from then
+ * on (snap_stalled).  Staging is sized to the most a window has
  * changed, not to the pools.  Where the device has no stream
  * memory operations the streams wait for D instead, staging is sized to
  * the pools, and a window that changes more than it holds is committed
@@ -131,6 +135,24 @@ atomic_int *snap_busy(void);
  */
 int snap_done(void);
 unsigned snap_passes(void);
+/*
+ * A pass that has not come through SNAP_STALL_NS after it was enqueued
+ * while the serving streams wait for it: a GPU may queue the work of
+ * several streams in one hardware queue, where moeft's side stream then
+ * waits behind a serving stream that waits for moeft (CUDA promises no
+ * progress between streams).  The consumer's check, with now a mono_ns():
+ * the step the stalled pass's window ends before, or 0.  The consumer
+ * then gives the window up (window.h, wa_give_up) and snap_unhold lets
+ * the streams go and has every later boundary's streams wait for its
+ * snapshot's end instead (no further passes, staging sized to the pools);
+ * snap_held is 0 until the next boundary.
+ */
+#define SNAP_STALL_NS (UINT64_C(1000) * 1000 * 1000)
+uint64_t snap_stalled(uint64_t now);
+void snap_unhold(void);
+int snap_held(void);
+/* The boundary's state in one line, for a stall's report. */
+void snap_state(char *buf, size_t len);
 void snap_forget(void);
 
 /* Whether the staging header of the boundary whose mark arrived is back

@@ -45,6 +45,7 @@ struct window_asm {
 	uint8_t *hdata;
 	size_t hlen, hcap;
 	int taken;
+	int given_up;           /* a given-up window's pass is still queued */
 	unsigned passes;
 	unsigned nlanes;
 	struct lane_step lanes[MAX_LANES];
@@ -515,10 +516,42 @@ static int another_pass(struct window_asm *wa, uint64_t end)
 	return 0;
 }
 
+/* The open window, all it has, and on to the next (its mark ended it). */
+static void end_window(struct window_asm *wa, uint64_t end)
+{
+	wa->first = end;
+	wa->len = 0;
+	wa->records = wa->tokens = wa->flags = 0;
+	wa_drop_held(wa);
+}
+
+void wa_give_up(struct window_asm *wa, uint64_t end)
+{
+	if (end <= wa->first)
+		return;
+	wa->flags |= WINDOW_KV_PARTIAL;
+	wa->taken = 1;	/* the staging area is the queued pass's */
+	commit(wa, end);
+	/* That pass's chunks never reach the store, yet their sums will say
+	 * they did. */
+	if (wa->sink.restage)
+		wa->sink.restage();
+	end_window(wa, end);
+	wa->given_up = 1;
+}
+
 static void snapshot_mark(struct window_asm *wa, uint64_t end)
 {
 	atomic_int *busy = atomic_load_explicit(&wa->busy, memory_order_relaxed);
 
+	/* The queued pass of a window given up: the next window's routing
+	 * came before it, and stays. */
+	if (wa->given_up && end <= wa->first) {
+		wa->given_up = 0;
+		if (busy)
+			atomic_store_explicit(busy, 0, memory_order_release);
+		return;
+	}
 	if (end > wa->first) {
 		if (another_pass(wa, end))
 			return;	/* busy stays set: the pass's mark comes back here */
@@ -533,10 +566,7 @@ static void snapshot_mark(struct window_asm *wa, uint64_t end)
 		wa->sink.release();
 	if (busy)
 		atomic_store_explicit(busy, 0, memory_order_release);
-	wa->first = end;
-	wa->len = 0;
-	wa->records = wa->tokens = wa->flags = 0;
-	wa_drop_held(wa);
+	end_window(wa, end);
 }
 
 void wa_entry(void *arg, const struct cap_entry *e, const void *payload, size_t len)

@@ -83,8 +83,10 @@ struct wa_sink {
 	int (*more)(uint64_t step);
 	/* No stream waits for the window any more (NULL: none ever does). */
 	void (*release)(void);
-	/* Whether capture is still on (NULL: always): when it stopped, the
-	 * streams were let go, and a window's last pass is not trusted. */
+	/* Whether the streams were held through the window's last pass
+	 * (NULL: always): when capture stopped, or the hold was given up
+	 * (snapshot.h, snap_unhold), they were let go, and the pass read the
+	 * pools as they moved on. */
 	int (*live)(void);
 };
 
@@ -110,6 +112,16 @@ void wa_entry(void *wa, const struct cap_entry *e, const void *payload, size_t l
  * its earlier passes took go, and the next snapshot, which stages every
  * chunk, brings the window its KV. */
 void wa_drop_held(struct window_asm *wa);
+
+/*
+ * The open window, which ends before step end, is given up while a pass
+ * of its snapshot is still queued (snapshot.h, snap_unhold), before the
+ * streams it held go on: committed now, KV-partial, with the chunks its
+ * earlier passes took, so that the next step's routing goes to the next
+ * window; the next snapshot stages every chunk again.  The queued pass's
+ * mark, when it comes, ends nothing, and clears busy.
+ */
+void wa_give_up(struct window_asm *wa, uint64_t end);
 
 /* Appends the GPU dropped (ring full): the open window lacks routing. */
 void wa_gap(struct window_asm *wa, uint64_t entries);

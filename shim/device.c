@@ -310,15 +310,6 @@ int shim_dev_write(uint64_t dev, const void *src, size_t len)
 	return r;
 }
 
-int shim_dev_copy_to_host(void *dst, uint64_t dev, size_t len, void *stream)
-{
-	__typeof__(&cuMemcpyDtoHAsync_v2) copy;
-
-	if (!REAL(copy, cuMemcpyDtoHAsync_v2))
-		return CUDA_ERROR_NOT_FOUND;
-	return copy(dst, dev, len, (CUstream)stream);
-}
-
 /* MIG instances of one GPU share its PCI bus id: a compute instance's
  * UUID (cuDeviceGetUuid_v2) differs from its GPU's (the legacy call), and
  * its first 6 bytes tell the instance in the name. */

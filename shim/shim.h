@@ -173,7 +173,6 @@ int shim_dev_copy_to_device(uint64_t dev, const void *src, size_t len, void *str
  * waits for (never the device or another stream), the capture mode relaxed
  * around it.  For moeft's own state, once. */
 int shim_dev_write(uint64_t dev, const void *src, size_t len);
-int shim_dev_copy_to_host(void *dst, uint64_t dev, size_t len, void *stream);
 int shim_dev_zero(uint64_t dev, size_t len, void *stream);
 /* 1 when stream is being captured into a graph, 0 when not, -1 when the
  * driver cannot tell. */

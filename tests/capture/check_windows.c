@@ -1,11 +1,15 @@
 /*
  * check_windows.c - does a log, with its KV store, hold what a serve run's
- * truth file says?  check_windows TRUTH WAL eager|graph WINDOW [skips]
+ * truth file says?
+ * check_windows TRUTH WAL eager|graph WINDOW [skips] [partial=N]
  *
  * The run was made with MOEFT_WINDOW=WINDOW; its KV store is WAL ".kv".
  * "skips": the run skipped boundaries (the summary says how many), so a
  * window may span several times WINDOW steps, and the windows may end
- * before the last boundary the steps allowed.
+ * before the last boundary the steps allowed.  "partial=N": exactly N
+ * decode windows are flagged KV-partial (and nothing else), and the pool
+ * as of them is not compared (a window whose streams were let go before
+ * its last pass read the pools).
  * Checked (the first difference is reported, exit 1):
  *
  * Windows.  The decode windows (WINDOW extra bytes with steps != 0; the
@@ -423,7 +427,7 @@ static void check_kv_as_of(const struct truth *t, const struct wal_window *w,
 	uint64_t last = ws->first_step + ws->steps - 1;
 	uint32_t crc;
 
-	if (!ws->steps || last >= t->steps)
+	if (!ws->steps || last >= t->steps || ws->flags == WINDOW_KV_PARTIAL)
 		return;
 	if ((crc = kvref_crc(p, n)) != t->kv[last])
 		die(1, "window %llu (steps %llu-%llu): its KVREFs and earlier ones make a pool "
@@ -452,16 +456,22 @@ int main(int argc, char **argv)
 	uint8_t *taken;
 	uint32_t crc;
 	char *end, kvpath[PATH_MAX];
-	int graph, skips;
+	int graph, skips = 0, a, bad = 0;
+	unsigned long partial = 0, partials = 0;
 
-	if (argc < 5 || argc > 6 || (strcmp(argv[3], "eager") && strcmp(argv[3], "graph")) ||
-	    (window = strtoul(argv[4], &end, 10)) == 0 || *end || window > UINT32_MAX ||
-	    (argc == 6 && strcmp(argv[5], "skips"))) {
-		fputs("usage: check_windows TRUTH WAL eager|graph WINDOW [skips]\n", stderr);
+	for (a = 5; a < argc; a++)
+		if (strcmp(argv[a], "skips") == 0)
+			skips = 1;
+		else if (strncmp(argv[a], "partial=", 8) != 0 ||
+			 (partial = strtoul(argv[a] + 8, &end, 10), *end || argv[a][8] == 0))
+			bad = 1;
+	if (argc < 5 || bad || (strcmp(argv[3], "eager") && strcmp(argv[3], "graph")) ||
+	    (window = strtoul(argv[4], &end, 10)) == 0 || *end || window > UINT32_MAX) {
+		fputs("usage: check_windows TRUTH WAL eager|graph WINDOW [skips] [partial=N]\n",
+		      stderr);
 		return 2;
 	}
 	graph = strcmp(argv[3], "graph") == 0;
-	skips = argc == 6;
 	read_truth(argv[1], &t);
 	if (wal_reader_open_path(argv[2], &rd, &err) < 0)
 		die(2, "%s: %s", argv[2], err.msg);
@@ -483,8 +493,9 @@ int main(int argc, char **argv)
 			    (unsigned long long)win[i].id, win[i].extra_len);
 		if (!ws[i].steps)
 			continue;
-		if (ws[i].flags)
-			die(1, "window %llu (steps %llu-%llu): flags %#x, want 0",
+		partials += ws[i].flags == WINDOW_KV_PARTIAL;
+		if (ws[i].flags && ws[i].flags != WINDOW_KV_PARTIAL)
+			die(1, "window %llu (steps %llu-%llu): flags %#x, want 0 (or KV-partial alone)",
 			    (unsigned long long)win[i].id, (unsigned long long)ws[i].first_step,
 			    (unsigned long long)(ws[i].first_step + ws[i].steps - 1),
 			    (unsigned)ws[i].flags);
@@ -500,6 +511,8 @@ int main(int argc, char **argv)
 	}
 	if (!ndecode)
 		die(1, "no committed window");
+	if (partials != partial)
+		die(1, "%lu decode windows flagged KV-partial, want %lu", partials, partial);
 	if (skips ? next > (t.steps - 1) / window * window : ndecode != (t.steps - 1) / window)
 		die(1, "%zu decode windows, want %lu (%u steps, %lu a window)", ndecode,
 		    (t.steps - 1) / window, t.steps, window);

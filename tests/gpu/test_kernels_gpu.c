@@ -55,7 +55,8 @@
 
 #include "fixture.h"
 static const char image[] =
-	FIXTURE_MODULE_IMAGE("moeft_capture_append\0" "moeft_kv_snapshot\0" "moeft_kv_mark\0");
+	FIXTURE_MODULE_IMAGE("moeft_capture_append\0" "moeft_kv_snapshot\0" "moeft_kv_mark\0"
+			     "moeft_kv_header\0");
 #else
 extern const unsigned char moeft_capture_fatbin[];
 static const unsigned char *const image = moeft_capture_fatbin;
@@ -66,7 +67,7 @@ static const unsigned char *const image = moeft_capture_fatbin;
 
 static unsigned passed, failed;
 static uint64_t rng;
-static CUfunction snapshot_fn, append_fn, mark_fn;
+static CUfunction snapshot_fn, append_fn, mark_fn, header_fn;
 
 static void check(int ok, const char *what)
 {
@@ -136,6 +137,34 @@ static void launch(CUfunction f, unsigned grid, unsigned block, void *args)
 
 	CU(cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, NULL, params, NULL));
 	CU(cuCtxSynchronize());
+}
+
+/* ---- the staging header ---------------------------------------------------- */
+
+/* A random header from mapped host memory into device memory and back
+ * into other mapped host memory, by the kernel: every byte as it was. */
+static void header_case(void)
+{
+	CUdeviceptr from_dev, back_dev, ctl;
+	struct kv_stage *from = mapped(sizeof *from, &from_dev);
+	struct kv_stage *back = mapped(sizeof *back, &back_dev);
+	struct kv_header_args in, out;
+
+	fill(from, sizeof *from);
+	memset(back, 0, sizeof *back);
+	CU(cuMemAlloc(&ctl, sizeof(struct kv_stage)));
+	CU(cuMemsetD8(ctl, 0, sizeof(struct kv_stage)));
+	in = (struct kv_header_args){ (struct kv_stage *)(uintptr_t)ctl,
+				      (const struct kv_stage *)(uintptr_t)from_dev };
+	out = (struct kv_header_args){ (struct kv_stage *)(uintptr_t)back_dev,
+				       (const struct kv_stage *)(uintptr_t)ctl };
+	launch(header_fn, 1, 1, &in);
+	launch(header_fn, 1, 1, &out);
+	check(memcmp(from, back, sizeof *back) == 0,
+	      "header: host -> device -> host by moeft_kv_header, every byte");
+	CU(cuMemFree(ctl));
+	CU(cuMemFreeHost(from));
+	CU(cuMemFreeHost(back));
 }
 
 /* ---- the KV snapshot ------------------------------------------------------ */
@@ -545,6 +574,7 @@ int main(int argc, char **argv)
 	CU(cuModuleGetFunction(&snapshot_fn, mod, "moeft_kv_snapshot"));
 	CU(cuModuleGetFunction(&append_fn, mod, "moeft_capture_append"));
 	CU(cuModuleGetFunction(&mark_fn, mod, "moeft_kv_mark"));
+	CU(cuModuleGetFunction(&header_fn, mod, "moeft_kv_header"));
 	printf("test_kernels_gpu: %s, seed %" PRIu64 "\n", name, seed);
 #ifdef TEST_ON_FIXTURE
 	{
@@ -565,6 +595,7 @@ int main(int argc, char **argv)
 	}
 	snapshot_case((64 << 20) + 4096, 65536, 1, 0);
 	mark_case();
+	header_case();
 	append_case(0);
 	append_case(1);
 
