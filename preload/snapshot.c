@@ -381,10 +381,12 @@ static uint64_t stage_len_for(uint64_t data, uint64_t min_chunk)
 
 /*
  * The staging area, made or grown while not busy (the caller checked).
- * With back-pressure, the most any window has asked to stage and two of
- * the largest chunks more (so every pass makes progress), at least
- * SNAP_STAGE_MIN: a window that changes more takes several passes while
- * the serving streams wait, and the next is given room.  Without it, room
+ * With back-pressure, the most any window has asked to stage, a quarter of that
+ * again (a batch's windows grow as its sequences do: sized to the last
+ * one alone, each would take a second pass), and two of the largest
+ * chunks more (so every pass makes progress), at least SNAP_STAGE_MIN: a
+ * window that changes more takes several passes while the serving streams
+ * wait, and the next is given room.  Without it, room
  * for all of the live pools' bytes, so that no window is ever short.
  * Never more than the pools need, never shrunk.  When the driver has no
  * pinned memory that large, halves of it down to SNAP_STAGE_MIN, and one
@@ -417,7 +419,7 @@ static int size_stage(char *why, size_t whylen)
 		min_chunk = KVSNAP_MIN_CHUNK;	/* no pool yet: any table will do */
 	want = all;
 	if (atomic_load(&sn.hold)) {
-		uint64_t data = sn.need + 2 * max_chunk;
+		uint64_t data = sn.need + sn.need / 4 + 2 * max_chunk;
 
 		if (stage_len_for(data, min_chunk) < want)
 			want = stage_len_for(data, min_chunk);
