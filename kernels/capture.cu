@@ -124,8 +124,10 @@ extern "C" __global__ void moeft_kv_release(struct kv_release_args a)
  * host's once the kernel is through (an event after it says so). */
 extern "C" __global__ void moeft_kv_header(struct kv_header_args a)
 {
-	if (threadIdx.x == 0 && blockIdx.x == 0)
+	if (threadIdx.x == 0 && blockIdx.x == 0) {
 		kv_header_copy(&a);
+		atom_fence_sys();
+	}
 }
 
 /* Grid-stride over the slots, a thread each (kvsnap_algo.h). */

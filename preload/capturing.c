@@ -145,18 +145,23 @@ static int more_pass(uint64_t step);
 static void unstall(void)
 {
 	char state[320];
-	uint64_t end = snap_stalled(mono_ns());
+	uint64_t end = snap_stalled();
 
 	if (!end)
 		return;
 	snap_state(state, sizeof state);
-	drain();
+	/* The pass may have come through meanwhile (its mark then ended the
+	 * window, and only a drain under this lock clears busy), or the drain
+	 * found damage and stopped capture. */
+	if (drain() < 0 || snap_stalled() != end)
+		return;
 	wa_give_up(cap.wa, end);
 	snap_unhold();
 	msg_log(WAL_LOG_WARN, "capture: a KV snapshot pass made no progress in %llu ms while "
 		"the serving streams waited for it (the GPU queued it behind them: %s); the "
 		"streams are let go, this window is KV-partial, and from now on they wait "
-		"for each snapshot's end instead, with staging sized to the KV pools",
+		"for each snapshot's end instead, with staging sized to the KV pools (where "
+		"less is pinned, a window that changes more is KV-partial)",
 		(unsigned long long)(SNAP_STALL_NS / 1000000), state);
 }
 
@@ -294,7 +299,9 @@ static int more_pass(uint64_t step)
 	struct cap_append_args mark = window_mark(step);
 	char why[160];
 
-	if (!atomic_load_explicit(&cap.on, memory_order_acquire))
+	/* No further pass where the streams are not held: the window goes
+	 * KV-partial (window.c, another_pass). */
+	if (!atomic_load_explicit(&cap.on, memory_order_acquire) || !snap_holds())
 		return -1;
 	if (!on_consumer) {
 		atomic_store(&pass_wanted, step);
@@ -302,9 +309,7 @@ static int more_pass(uint64_t step)
 	}
 	if (snap_continue(&mark, why, sizeof why) == 0)
 		return 0;
-	/* The hold given up (unstall): the window goes KV-partial. */
-	if (snap_held())
-		capture_off(why);
+	capture_off(why);
 	return -1;
 }
 

@@ -74,6 +74,7 @@ static struct {
 				       before its last pass (snap_unhold) */
 	_Atomic uint64_t pass_ns;   /* when the last pass was enqueued */
 	_Atomic uint64_t pass_step; /* and the step its window ends before */
+	atomic_int pass_more;       /* and it is a further pass, not a first */
 	_Atomic uint32_t *flag;     /* the release word (pinned, mapped) */
 	uint64_t flag_dev;
 	_Atomic uint32_t gen;       /* the boundary's: what the streams wait for */
@@ -173,13 +174,24 @@ int snap_done(void)
 	       shim_dev_query(sn.done) == 0;
 }
 
-uint64_t snap_stalled(uint64_t now)
+uint64_t snap_stalled(void)
 {
-	if (atomic_load(&sn.hold) && atomic_load_explicit(&sn.busy, memory_order_acquire) &&
-	    atomic_load_explicit(&sn.armed, memory_order_acquire) &&
-	    now - atomic_load(&sn.pass_ns) > SNAP_STALL_NS && shim_dev_query(sn.done) != 0)
-		return atomic_load(&sn.pass_step);
-	return 0;
+	uint64_t since, step;
+
+	if (!atomic_load(&sn.hold) || !atomic_load_explicit(&sn.busy, memory_order_acquire) ||
+	    !atomic_load_explicit(&sn.armed, memory_order_acquire) || !atomic_load(&sn.pass_more))
+		return 0;
+	since = atomic_load(&sn.pass_ns);
+	step = atomic_load(&sn.pass_step);
+	/* now after since was read: a pass enqueued meanwhile is not old */
+	if (mono_ns() - since <= SNAP_STALL_NS || shim_dev_query(sn.done) == 0)
+		return 0;
+	return step;
+}
+
+int snap_holds(void)
+{
+	return atomic_load(&sn.hold);
 }
 
 void snap_unhold(void)
@@ -580,10 +592,10 @@ static void harvest(void)
 
 /*
  * A pass over the pools on the side stream, after what is queued there:
- * the snapshots (the boundary's flags for each pool: continue passes give
- * none, and read only pools a boundary read), the header back, the mark,
- * the release of the serving streams, done.  The first pass of a window
- * writes each new pool's sums (fresh).
+ * the header to ctl, the snapshots (the boundary's flags for each pool:
+ * continue passes give none, and read only pools a boundary read), the
+ * header back, the mark, done, the release of the serving streams.  The
+ * first pass of a window writes each new pool's sums (fresh).
  */
 static int pass(const struct cap_append_args *mark, uint32_t force, int first, char *why,
 		size_t whylen)
@@ -631,6 +643,7 @@ static int pass(const struct cap_append_args *mark, uint32_t force, int first, c
 	atomic_fetch_add(&sn.npass, 1);
 	atomic_store(&sn.pass_ns, mono_ns());
 	atomic_store(&sn.pass_step, mark->step);
+	atomic_store(&sn.pass_more, !first);
 	msg_log(WAL_LOG_DEBUG, "snapshot: pass %u enqueued for step %llu (gen %u, %s, staging %llu)",
 		atomic_load(&sn.npass), (unsigned long long)mark->step, rel.gen, first ? "first" : "more",
 		(unsigned long long)sn.stage_len);

@@ -374,6 +374,7 @@ void wa_drop_held(struct window_asm *wa)
 	wa->nheld = wa->hlen = 0;
 	wa->taken = 0;
 	wa->passes = 0;
+	wa->given_up = 0;
 }
 
 /* The ring bytes a window of kvrefs KV references and the routing held in

@@ -211,8 +211,9 @@ queue_run all eager 1
 queue_run all graph 16
 queue_run copies eager 1
 # Without stream memory operations the serving streams cannot be held:
-# staging is sized to the KV pools' 17 MiB, and the windows that changed
-# more than the 4 MiB it got are flagged KV-partial.
+# staging is sized to the KV pools' 17 MiB, the two windows that changed
+# more than the 4 MiB it got are flagged KV-partial, and capture goes on
+# (the first window, and the routing of all three, are the truth's).
 FIXTURE_NO_WAIT_VALUE=1 FIXTURE_PINNED_MAX=$((5 << 20)) MOEFT_WAL="$dir/nohold.wal" \
 	LD_PRELOAD="$lib" "$serve" $args --truth="$dir/nohold.truth" >"$dir/nohold" \
 	2>"$dir/nohold.err" || fail "no stream memory operations: run failed"
@@ -224,6 +225,10 @@ cmp -s "$dir/plain-pinned" "$dir/nohold" || fail "no stream memory operations: o
 	fail "no stream memory operations: check_windows passed a log of KV-partial windows"
 grep -q 'decode windows flagged KV-partial, want 0' "$dir/nohold.check" ||
 	fail "no stream memory operations: $(cat "$dir/nohold.check")"
+grep -q 'capture stopped' "$dir/nohold.err" &&
+	fail "no stream memory operations: $(cat "$dir/nohold.err")"
+"$checker" "$dir/nohold.truth" "$dir/nohold.wal" eager 16 partial=2 ||
+	fail "no stream memory operations: the windows differ from the truth"
 # No device memory for the snapshot's own state (chunk sums, the staging
 # header's copy): pinned host memory instead, one warning, and every
 # window still equal to the truth.

@@ -458,6 +458,7 @@ int main(int argc, char **argv)
 	char *end, kvpath[PATH_MAX];
 	int graph, skips = 0, a, bad = 0;
 	unsigned long partial = 0, partials = 0;
+	int last_partial = 0;
 
 	for (a = 5; a < argc; a++)
 		if (strcmp(argv[a], "skips") == 0)
@@ -507,6 +508,7 @@ int main(int argc, char **argv)
 			    (unsigned long long)next, (unsigned long long)(next + window - 1));
 		next += ws[i].steps;
 		upto = win[i].id;
+		last_partial = ws[i].flags == WINDOW_KV_PARTIAL;
 		ndecode++;
 	}
 	if (!ndecode)
@@ -575,6 +577,13 @@ int main(int argc, char **argv)
 					    (unsigned long long)T, L, g);
 
 	crc = pool_crc(kr, pools, npools, upto);
+	if (last_partial) {
+		printf("check_windows: %zu windows, steps 0-%llu, %llu routing records, %llu KV "
+		       "chunks, the last KV-partial (its pool not compared)\n", ndecode,
+		       (unsigned long long)(next - 1), (unsigned long long)routing,
+		       (unsigned long long)kvrefs);
+		return 0;
+	}
 	if (crc != t.kv[next - 1])
 		die(1, "pool CRC %08x as of window %llu (step %llu), truth says %08x",
 		    (unsigned)crc, (unsigned long long)upto, (unsigned long long)(next - 1),
