@@ -155,8 +155,10 @@ static void unstall(void)
 	 * found damage and stopped capture. */
 	if (drain() < 0 || snap_stalled() != end)
 		return;
-	wa_give_up(cap.wa, end);
+	/* The streams first: the next step's routing stays in the ring until
+	 * this lock is let go, and the commit takes only what the window has. */
 	snap_unhold();
+	wa_give_up(cap.wa, end);
 	msg_log(WAL_LOG_WARN, "capture: a KV snapshot pass made no progress in %llu ms while "
 		"the serving streams waited for it (the GPU queued it behind them: %s); the "
 		"streams are let go, this window is KV-partial, and from now on they wait "
@@ -299,9 +301,7 @@ static int more_pass(uint64_t step)
 	struct cap_append_args mark = window_mark(step);
 	char why[160];
 
-	/* No further pass where the streams are not held: the window goes
-	 * KV-partial (window.c, another_pass). */
-	if (!atomic_load_explicit(&cap.on, memory_order_acquire) || !snap_holds())
+	if (!atomic_load_explicit(&cap.on, memory_order_acquire))
 		return -1;
 	if (!on_consumer) {
 		atomic_store(&pass_wanted, step);
@@ -319,7 +319,8 @@ static void capture_open(void)
 				.first_step = resume_active() ? resume_last_step() + 1 : 0,
 				.untracked = pools_untracked, .staged = snap_staged,
 				.restage = snap_restage, .more = more_pass,
-				.release = snap_release, .live = capture_live };
+				.release = snap_release, .live = capture_live,
+				.holds = snap_holds };
 	char why[256];
 	void *host;
 	int r;

@@ -49,6 +49,7 @@ struct pool {
 static struct {
 	void *side, *done, *events[CLK_MAX_LANES];
 	void *start;                /* timed, with done: the boundary's device time */
+	void *began;                /* at the head of every pass */
 	void *copied;               /* after the staging header came back */
 	int timed;                  /* start and done recorded, not yet read */
 	struct kv_stage *stage;     /* host view; NULL until the first boundary */
@@ -184,7 +185,7 @@ uint64_t snap_stalled(void)
 	since = atomic_load(&sn.pass_ns);
 	step = atomic_load(&sn.pass_step);
 	/* now after since was read: a pass enqueued meanwhile is not old */
-	if (mono_ns() - since <= SNAP_STALL_NS || shim_dev_query(sn.done) == 0)
+	if (mono_ns() - since <= SNAP_STALL_NS || shim_dev_query(sn.began) == 0)
 		return 0;
 	return step;
 }
@@ -210,10 +211,10 @@ void snap_state(char *buf, size_t len)
 {
 	const struct kv_stage *st = sn.stage;
 
-	snprintf(buf, len, "busy=%d armed=%d gen=%u flag=%u started=%d copied=%d done=%d "
+	snprintf(buf, len, "busy=%d armed=%d gen=%u flag=%u began=%d copied=%d done=%d "
 		 "passes=%u staging=%llu used=%llu entries=%llu overflow=%llu read=%llu",
 		 atomic_load(&sn.busy), atomic_load(&sn.armed), atomic_load(&sn.gen),
-		 sn.flag ? atomic_load(sn.flag) : 0, sn.start ? shim_dev_query(sn.start) : -1,
+		 sn.flag ? atomic_load(sn.flag) : 0, sn.began ? shim_dev_query(sn.began) : -1,
 		 sn.copied ? shim_dev_query(sn.copied) : -1, sn.done ? shim_dev_query(sn.done) : -1,
 		 atomic_load(&sn.npass), (unsigned long long)sn.stage_len,
 		 (unsigned long long)(st ? st->used : 0), (unsigned long long)(st ? st->entries : 0),
@@ -346,7 +347,8 @@ static int open_streams(char *why, size_t whylen)
 	if (check(shim_dev_stream(&sn.side), "creating the side stream", why, whylen) ||
 	    check(shim_dev_timed_event(&sn.start), "creating an event", why, whylen) ||
 	    check(shim_dev_timed_event(&sn.done), "creating an event", why, whylen) ||
-	    check(shim_dev_event(&sn.copied), "creating an event", why, whylen))
+	    check(shim_dev_event(&sn.copied), "creating an event", why, whylen) ||
+	    check(shim_dev_event(&sn.began), "creating an event", why, whylen))
 		return -1;
 	for (i = 0; i < CLK_MAX_LANES; i++)
 		if (check(shim_dev_event(&sn.events[i]), "creating an event", why, whylen))
@@ -592,7 +594,7 @@ static void harvest(void)
 
 /*
  * A pass over the pools on the side stream, after what is queued there:
- * the header to ctl, the snapshots (the boundary's flags for each pool:
+ * the began event, the header to ctl, the snapshots (the boundary's flags for each pool:
  * continue passes give none, and read only pools a boundary read), the
  * header back, the mark, done, the release of the serving streams.  The
  * first pass of a window writes each new pool's sums (fresh).
@@ -608,6 +610,8 @@ static int pass(const struct cap_append_args *mark, uint32_t force, int first, c
 
 	atomic_store_explicit(&sn.armed, 0, memory_order_release);
 	kv_stage_reset(sn.stage);
+	if (check(shim_dev_record(sn.began, sn.side), "recording an event", why, whylen))
+		return -1;
 	/* The header goes to and from ctl by kernels, never by copies
 	 * (kvsnap.h, kv_header_args). */
 	if (sn.ctl_dev && check(kernels_header(sn.side, (struct kv_stage *)(uintptr_t)sn.ctl_dev,

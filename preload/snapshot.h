@@ -8,11 +8,14 @@
  *
  *   each stream of the window:   record event E_i
  *   side stream:                 wait E_i for all i;
+ *                                moeft_kv_header: the staging header to
+ *                                the device's copy;
  *                                moeft_kv_snapshot per KV pool (staging);
+ *                                moeft_kv_header: the header back;
  *                                a snapshot mark into the capture ring;
+ *                                record event D;
  *                                moeft_kv_release: flag = G when every
- *                                changed chunk found room;
- *                                record event D
+ *                                changed chunk found room
  *   each stream of the window:   wait until flag >= G (cuStreamWaitValue32)
  *
  * so the KV pools are read at the boundary, in stream order, and the
@@ -24,12 +27,12 @@
  * (snap_continue: the chunks still marked dirty, or still unlike their
  * sums), with its own mark and release, until a pass finds room for all;
  * the serving streams wait meanwhile (back-pressure), so the window is
- * still one cut of the pools.  A pass holds no copy (its header moves by
- * a kernel), yet a GPU may still queue it behind a stream it holds: a pass
- * that has not come through in a second lets the streams go, the window
- * goes KV-partial, and the streams wait for each snapshot's end from then
- * on (snap_stalled).  Staging is sized to the most a window has
- * changed, not to the pools.  Where the device has no stream
+ * still one cut of the pools.  A pass makes no copy (its header moves by
+ * a kernel), yet a GPU may still queue it behind a stream it holds: a
+ * further pass that has not begun in a second lets the streams go, the
+ * window goes KV-partial, and the streams wait for each snapshot's end
+ * from then on (snap_stalled).  Staging is sized to the most a window has
+ * changed and a quarter more, not to the pools.  Where the device has no stream
  * memory operations the streams wait for D instead, staging is sized to
  * the pools, and a window that changes more than it holds is committed
  * KV-partial.  The consumer
@@ -137,9 +140,9 @@ int snap_done(void);
 unsigned snap_passes(void);
 /*
  * A further pass (a first one is enqueued before the streams' waits, and
- * may wait for their earlier work as long as it takes) that has not come
- * through SNAP_STALL_NS after it was enqueued while the serving streams
- * wait for it: a GPU may queue the work of several streams in one
+ * may wait for their earlier work as long as it takes) that has not begun
+ * SNAP_STALL_NS after it was enqueued while the serving streams wait for
+ * it (a slow one that has begun is left to finish): a GPU may queue the work of several streams in one
  * hardware queue, where moeft's side stream then waits behind a serving
  * stream that waits for moeft (CUDA promises no progress between
  * streams).  The consumer's check: the step the stalled pass's window ends

@@ -504,7 +504,8 @@ static int another_pass(struct window_asm *wa, uint64_t end)
 
 	/* Past the bounds, what found no room stays marked (or unlike its
 	 * sum) and goes with the next window: this one is KV-partial. */
-	if (!s || !wa->sink.kvs || !wa->sink.more || !boundary_done(wa) || !s->overflow ||
+	if (!s || !wa->sink.kvs || !wa->sink.more || (wa->sink.holds && !wa->sink.holds()) ||
+	    !boundary_done(wa) || !s->overflow ||
 	    !staged_chunks(s, &t, &data) || wa->passes >= WA_PASSES_MAX ||
 	    wa->hlen + s->used > WA_HELD_MAX || hold_chunks(wa, s) < 0)
 		return 0;

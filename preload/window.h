@@ -84,10 +84,13 @@ struct wa_sink {
 	/* No stream waits for the window any more (NULL: none ever does). */
 	void (*release)(void);
 	/* Whether the streams were held through the window's last pass
-	 * (NULL: always): when capture stopped, or the hold was given up
-	 * (snapshot.h, snap_unhold), they were let go, and the pass read the
-	 * pools as they moved on. */
+	 * (NULL: always): when capture stopped they were let go, and the pass
+	 * read the pools as they moved on. */
 	int (*live)(void);
+	/* Whether a further pass may be asked for (NULL: yes): not when the
+	 * streams wait for each snapshot's end instead of being held
+	 * (snapshot.h, snap_holds). */
+	int (*holds)(void);
 };
 
 struct wa_stats {

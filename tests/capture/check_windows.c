@@ -8,13 +8,15 @@
  * window may span several times WINDOW steps, and the windows may end
  * before the last boundary the steps allowed.  "partial=N": exactly N
  * decode windows are flagged KV-partial (and nothing else), and the pool
- * as of them is not compared (a window whose streams were let go before
- * its last pass read the pools).
+ * as of them is not compared (a window given up while its pass was
+ * queued, or one that changed more than staging held without back-
+ * pressure); when the last is one, nor is the store's pool at the end.
  * Checked (the first difference is reported, exit 1):
  *
  * Windows.  The decode windows (WINDOW extra bytes with steps != 0; the
  * others hold allocation events, whose records are not looked at) are
- * whole (flags 0), follow one another from step 0, WINDOW steps each, and
+ * whole (flags 0; but partial=N), follow one another from step 0, WINDOW
+ * steps each, and
  * there are (steps - 1) / WINDOW of them: a boundary is enqueued when the
  * next step starts, so the last, partial window is never committed.
  *
@@ -32,11 +34,12 @@
  *
  * KV.  The pool as of the last decode window (the chunks the store holds
  * up to that window, never-written ones as zeros, pools in ordinal order)
- * must have the CRC the truth gives after that window's last step.  A
+ * must have the CRC the truth gives after that window's last step, unless
+ * that window is KV-partial.  A
  * KVREF whose window is still its chunk's newest copy must carry the CRC
  * of the bytes the store holds.  And as of every decode window, the pool
  * its KVREFs and those before them describe (their CRCs combined, zeros
- * where none) must have the truth's CRC: a window that left out a chunk
+ * where none) must have the truth's CRC (but for KV-partial ones): a window that left out a chunk
  * that changed would restore stale bytes.
  *
  * Exit status 0 when everything matches, 1 on the first mismatch, 2 on bad
