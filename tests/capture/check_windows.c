@@ -580,21 +580,20 @@ int main(int argc, char **argv)
 					    (unsigned long long)T, L, g);
 
 	crc = pool_crc(kr, pools, npools, upto);
-	if (last_partial) {
+	if (!last_partial && crc != t.kv[next - 1])
+		die(1, "pool CRC %08x as of window %llu (step %llu), truth says %08x",
+		    (unsigned)crc, (unsigned long long)upto, (unsigned long long)(next - 1),
+		    (unsigned)t.kv[next - 1]);
+	if (last_partial)
 		printf("check_windows: %zu windows, steps 0-%llu, %llu routing records, %llu KV "
 		       "chunks, the last KV-partial (its pool not compared)\n", ndecode,
 		       (unsigned long long)(next - 1), (unsigned long long)routing,
 		       (unsigned long long)kvrefs);
-		return 0;
-	}
-	if (crc != t.kv[next - 1])
-		die(1, "pool CRC %08x as of window %llu (step %llu), truth says %08x",
-		    (unsigned)crc, (unsigned long long)upto, (unsigned long long)(next - 1),
-		    (unsigned)t.kv[next - 1]);
-	printf("check_windows: %zu windows, steps 0-%llu, %llu routing records, %llu KV chunks, "
-	       "pool CRC %08x == truth at step %llu\n", ndecode, (unsigned long long)(next - 1),
-	       (unsigned long long)routing, (unsigned long long)kvrefs, (unsigned)crc,
-	       (unsigned long long)(next - 1));
+	else
+		printf("check_windows: %zu windows, steps 0-%llu, %llu routing records, %llu KV "
+		       "chunks, pool CRC %08x == truth at step %llu\n", ndecode,
+		       (unsigned long long)(next - 1), (unsigned long long)routing,
+		       (unsigned long long)kvrefs, (unsigned)crc, (unsigned long long)(next - 1));
 	kvs_reader_close(kr);
 	wal_reader_close(rd);
 	free(taken);
