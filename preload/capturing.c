@@ -277,10 +277,9 @@ static struct cap_append_args ring_append(void)
 					 .prod = (struct cap_prod *)(uintptr_t)cap.prod };
 }
 
-/* Whether the window's streams were held through its last pass. */
 static int capture_live(void)
 {
-	return atomic_load_explicit(&cap.on, memory_order_acquire) && snap_held();
+	return atomic_load_explicit(&cap.on, memory_order_acquire);
 }
 
 /* The snapshot mark of the window that ends before step (window.h). */

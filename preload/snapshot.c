@@ -71,8 +71,6 @@ static struct {
 	atomic_int hold;            /* 1: the serving streams wait for the flag;
 				       0: for done (no stream memory
 				       operations, or a pass stalled) */
-	atomic_int let_go;          /* the open window's streams were let go
-				       before its last pass (snap_unhold) */
 	_Atomic uint64_t pass_ns;   /* when the last pass was enqueued */
 	_Atomic uint64_t pass_step; /* and the step its window ends before */
 	atomic_int pass_more;       /* and it is a further pass, not a first */
@@ -198,13 +196,7 @@ int snap_holds(void)
 void snap_unhold(void)
 {
 	atomic_store(&sn.hold, 0);
-	atomic_store(&sn.let_go, 1);
 	snap_release();
-}
-
-int snap_held(void)
-{
-	return !atomic_load(&sn.let_go);
 }
 
 void snap_state(char *buf, size_t len)
@@ -395,9 +387,9 @@ static uint64_t stage_len_for(uint64_t data, uint64_t min_chunk)
 
 /*
  * The staging area, made or grown while not busy (the caller checked).
- * With back-pressure, the most any window has asked to stage, a quarter of that
- * again (a batch's windows grow as its sequences do: sized to the last
- * one alone, each would take a second pass), and two of the largest
+ * With back-pressure, the most any window has asked to stage, a quarter
+ * of that again (a batch's windows grow as its sequences do: sized to the
+ * last one alone, each would take a second pass), and two of the largest
  * chunks more (so every pass makes progress), at least SNAP_STAGE_MIN: a
  * window that changes more takes several passes while the serving streams
  * wait, and the next is given room.  Without it, room
@@ -594,10 +586,11 @@ static void harvest(void)
 
 /*
  * A pass over the pools on the side stream, after what is queued there:
- * the began event, the header to ctl, the snapshots (the boundary's flags for each pool:
- * continue passes give none, and read only pools a boundary read), the
- * header back, the mark, done, the release of the serving streams.  The
- * first pass of a window writes each new pool's sums (fresh).
+ * the began event, the header to ctl, the snapshots (the boundary's
+ * flags for each pool: continue passes give none, and read only pools a
+ * boundary read), the header back, the mark, done, the release of the
+ * serving streams.  The first pass of a window writes each new pool's sums
+ * (fresh).
  */
 static int pass(const struct cap_append_args *mark, uint32_t force, int first, char *why,
 		size_t whylen)
@@ -641,8 +634,9 @@ static int pass(const struct cap_append_args *mark, uint32_t force, int first, c
 	    /* done before the release: a host wait that returns once the
 	     * streams go on finds the mark's pass done, and delivers it */
 	    check(shim_dev_record(sn.done, sn.side), "recording an event", why, whylen) ||
-	    (atomic_load(&sn.hold) && check(kernels_release(sn.side, &rel), "launching the release", why,
-			      whylen)))
+	    (atomic_load(&sn.hold) &&
+	     check(kernels_release(sn.side, &rel), "launching the release", why,
+		   whylen)))
 		return -1;
 	atomic_fetch_add(&sn.npass, 1);
 	atomic_store(&sn.pass_ns, mono_ns());
@@ -677,7 +671,6 @@ static int enqueue(const struct cap_append_args *mark, void *const *lanes, unsig
 	wa_set_stage(wa, sn.stage, &sn.busy);
 	atomic_store_explicit(&sn.armed, 0, memory_order_release);
 	atomic_store_explicit(&sn.busy, 1, memory_order_release);
-	atomic_store(&sn.let_go, 0);
 	gen = atomic_fetch_add_explicit(&sn.gen, 1, memory_order_relaxed) + 1;
 	for (i = 0; i < n && i < CLK_MAX_LANES; i++)
 		if (check(shim_dev_record(sn.events[i], lanes[i]), "recording an event", why,

@@ -142,21 +142,20 @@ unsigned snap_passes(void);
  * A further pass (a first one is enqueued before the streams' waits, and
  * may wait for their earlier work as long as it takes) that has not begun
  * SNAP_STALL_NS after it was enqueued while the serving streams wait for
- * it (a slow one that has begun is left to finish): a GPU may queue the work of several streams in one
- * hardware queue, where moeft's side stream then waits behind a serving
- * stream that waits for moeft (CUDA promises no progress between
- * streams).  The consumer's check: the step the stalled pass's window ends
+ * it (a slow one that has begun is left to finish): a GPU may queue the
+ * work of several streams in one hardware queue, where moeft's side
+ * stream then waits behind a serving stream that waits for moeft (CUDA
+ * promises no progress between streams).  The consumer's check: the step the stalled pass's window ends
  * before, or 0.  The consumer then gives the window up (window.h,
  * wa_give_up) and snap_unhold lets the streams go and has every later
  * boundary's streams wait for its snapshot's end instead: no further
  * passes (snap_holds is 0), staging sized to the pools where the driver
  * pins that much, else a window that changes more than it holds is
- * KV-partial.  snap_held is 0 until the next boundary.
+ * KV-partial.
  */
 #define SNAP_STALL_NS (UINT64_C(1000) * 1000 * 1000)
 uint64_t snap_stalled(void);
 void snap_unhold(void);
-int snap_held(void);
 /* Whether the serving streams wait for the release flag (further passes
  * possible), not for each snapshot's end. */
 int snap_holds(void);
