@@ -15,15 +15,21 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "corpus.h"
+#include "devcode.h"
 #include "json.h"
 #include "profile.h"
+
+/* libstdc++'s demangler (the C++ ABI's), for the names in binaries. */
+char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
 
 #define SHOWN_MISFITS 3		/* kernels named per misfitting rule */
 #define NAME_MAX_LEN 240	/* of a kernel's base name */
@@ -52,6 +58,8 @@ struct name_tally {
 struct file_check {
 	char path[4096];
 	char package[128], version[64];
+	int binary;			/* dev holds what the file is */
+	struct devcode_file dev;
 	unsigned kernels;
 	struct rule_tally *rules;	/* by rule index */
 	struct name_tally *unmatched;
@@ -330,22 +338,17 @@ static int check_kernel(struct check *c, struct file_check *fc, const struct cor
 	return 0;
 }
 
-/* Read the corpus file at fc->path: 0, or EXIT_USAGE once said why. */
-static int read_file(struct check *c, struct file_check *fc)
+/* Read the corpus file f: 0, or EXIT_USAGE once said why. */
+static int read_corpus(struct check *c, struct file_check *fc, FILE *f)
 {
 	char *line = malloc(CORPUS_LINE_MAX + 1), why[200];
 	struct corpus_kernel *k = malloc(sizeof *k);
 	const char *v;
 	unsigned lineno = 0;
 	int ret = 0, r;
-	FILE *f = NULL;
 
 	if (!line || !k) {
 		ret = cli_fail(c->cmd, c->json, EXIT_USAGE, "out of memory");
-		goto out;
-	}
-	if (!(f = fopen(fc->path, "r"))) {
-		ret = cli_fail(c->cmd, c->json, EXIT_USAGE, "%s: %s", fc->path, strerror(errno));
 		goto out;
 	}
 	while (fgets(line, CORPUS_LINE_MAX + 1, f)) {
@@ -384,21 +387,198 @@ static int read_file(struct check *c, struct file_check *fc)
 		ret = cli_fail(c->cmd, c->json, EXIT_USAGE, "%s: no '# package:' line: not a corpus "
 			       "file (tests/engines/README.md)", fc->path);
 out:
-	if (f)
-		fclose(f);
 	free(line);
 	free(k);
 	return ret;
 }
 
+/* ---- kernels from device code -------------------------------------------------- */
+
+/* A kernel's table in one cubin of a binary. */
+struct table {
+	char *name;
+	unsigned sm, nparams;
+	uint32_t *sizes;
+};
+
+struct tables {
+	struct table *v;
+	size_t n, cap;
+};
+
+static int keep_table(const struct devcode_kernel *k, void *arg)
+{
+	struct tables *t = arg;
+	struct table *e;
+
+	if (t->n == t->cap) {
+		size_t cap = t->cap ? 2 * t->cap : 256;
+		struct table *grown = realloc(t->v, cap * sizeof *grown);
+
+		if (!grown)
+			return 1;
+		t->v = grown;
+		t->cap = cap;
+	}
+	e = &t->v[t->n];
+	e->name = strdup(k->name);
+	e->sizes = malloc((k->nparams ? k->nparams : 1) * sizeof *e->sizes);
+	if (!e->name || !e->sizes) {
+		free(e->name);
+		free(e->sizes);
+		return 1;
+	}
+	memcpy(e->sizes, k->sizes, k->nparams * sizeof *e->sizes);
+	e->sm = k->sm;
+	e->nparams = k->nparams;
+	t->n++;
+	return 0;
+}
+
+/* By name; a name's sm_90 table first (the corpus files' choice), then
+ * the others by architecture. */
+static int table_order(const void *a, const void *b)
+{
+	const struct table *x = a, *y = b;
+	int r = strcmp(x->name, y->name);
+
+	if (r)
+		return r;
+	if ((x->sm == 90) != (y->sm == 90))
+		return x->sm == 90 ? -1 : 1;
+	return (x->sm > y->sm) - (x->sm < y->sm);
+}
+
+static int same_table(const struct table *x, const struct table *y)
+{
+	return x->nparams == y->nparams &&
+	       !memcmp(x->sizes, y->sizes, x->nparams * sizeof *x->sizes);
+}
+
+/* The tables of a binary, each name's first as a kernel (demangled for
+ * its signature), another architecture's only where it differs. */
+static int check_tables(struct check *c, struct file_check *fc, const struct tables *t)
+{
+	struct corpus_kernel *k = malloc(sizeof *k);
+	char sm[16];
+	int ret = 0;
+
+	if (!k)
+		return -1;
+	for (size_t i = 0, first = 0; i < t->n && !ret; i++) {
+		const struct table *e = &t->v[i];
+		char *demangled = NULL;
+		int status = -1;
+
+		if (i && strcmp(e->name, t->v[i - 1].name))
+			first = i;
+		if (i != first && same_table(e, &t->v[first]))
+			continue;
+		*k = (struct corpus_kernel){ .lib = fc->path, .mangled = e->name, .known = 1,
+					     .nparams = e->nparams };
+		memcpy(k->sizes, e->sizes, e->nparams * sizeof *e->sizes);
+		if (i == first) {
+			demangled = __cxa_demangle(e->name, NULL, NULL, &status);
+			k->demangled = status == 0 && demangled ? demangled : e->name;
+		} else {
+			snprintf(sm, sizeof sm, "sm_%u", e->sm);
+			k->sms = sm;
+		}
+		ret = check_kernel(c, fc, k);
+		free(demangled);
+	}
+	free(k);
+	return ret;
+}
+
+/* Read the cubin, fatbin or host ELF open at fd: 0, or EXIT_USAGE once
+ * said why. */
+static int read_binary(struct check *c, struct file_check *fc, int fd)
+{
+	struct tables t = { 0 };
+	char why[400];
+	int r, ret = 0;
+
+	fc->binary = 1;
+	r = devcode_read(fd, keep_table, &t, &fc->dev, why, sizeof why);
+	if (r < 0) {
+		ret = cli_fail(c->cmd, c->json, EXIT_USAGE, "%s: %s", fc->path, why);
+	} else {
+		qsort(t.v, t.n, sizeof *t.v, table_order);
+		if (r || check_tables(c, fc, &t) < 0)
+			ret = cli_fail(c->cmd, c->json, EXIT_USAGE, "out of memory");
+	}
+	for (size_t i = 0; i < t.n; i++) {
+		free(t.v[i].name);
+		free(t.v[i].sizes);
+	}
+	free(t.v);
+	return ret;
+}
+
+/* Read fc->path, a corpus file or device code: 0, or EXIT_USAGE once
+ * said why. */
+static int read_file(struct check *c, struct file_check *fc)
+{
+	uint8_t head[8];
+	ssize_t got;
+	FILE *f;
+	int fd = open(fc->path, O_RDONLY | O_CLOEXEC), ret;
+
+	if (fd < 0 || (got = pread(fd, head, sizeof head, 0)) < 0) {
+		ret = cli_fail(c->cmd, c->json, EXIT_USAGE, "%s: %s", fc->path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return ret;
+	}
+	if (devcode_is_binary(head, (size_t)got)) {
+		ret = read_binary(c, fc, fd);
+		close(fd);
+		return ret;
+	}
+	if (!(f = fdopen(fd, "r"))) {
+		close(fd);
+		return cli_fail(c->cmd, c->json, EXIT_USAGE, "%s: %s", fc->path, strerror(errno));
+	}
+	ret = read_corpus(c, fc, f);
+	fclose(f);
+	return ret;
+}
+
 /* ---- the report ---------------------------------------------------------------- */
+
+static const char *const kind_names[] = {
+	[DEVCODE_CUBIN] = "cubin", [DEVCODE_FATBIN] = "fatbin", [DEVCODE_HOST_ELF] = "ELF",
+};
+
+/* "cubin sm_90", "ELF, 2 cubins (sm_80 sm_90), 1 PTX" */
+static void describe_binary(const struct devcode_file *d, char *out, size_t len)
+{
+	size_t n = (size_t)snprintf(out, len, "%s", kind_names[d->kind]);
+
+	if (d->kind != DEVCODE_CUBIN)
+		n += (size_t)snprintf(out + n, len - n, ", %u cubin%s (", d->cubins,
+				      d->cubins == 1 ? "" : "s");
+	for (unsigned i = 0; i < d->nsms && n < len; i++)
+		n += (size_t)snprintf(out + n, len - n, "%ssm_%u", i || d->kind == DEVCODE_CUBIN ?
+				      " " : "", d->sms[i]);
+	if (d->kind != DEVCODE_CUBIN && n < len)
+		n += (size_t)snprintf(out + n, len - n, ")");
+	if (d->ptx && n < len)
+		snprintf(out + n, len - n, ", %u PTX", d->ptx);
+}
 
 static void print_text(const struct check *c, const struct file_check *fc)
 {
 	char label[64], text[512];
 
-	printf("%s: %s %s, %u kernels\n", fc->path, fc->package[0] ? fc->package : "?",
-	       fc->version[0] ? fc->version : "?", fc->kernels);
+	if (fc->binary) {
+		describe_binary(&fc->dev, text, sizeof text);
+		printf("%s: %s, %u kernels\n", fc->path, text, fc->kernels);
+	} else {
+		printf("%s: %s %s, %u kernels\n", fc->path, fc->package[0] ? fc->package : "?",
+		       fc->version[0] ? fc->version : "?", fc->kernels);
+	}
 	for (unsigned i = 0; i < c->prof.count; i++) {
 		const struct rule_tally *t = &fc->rules[i];
 
@@ -432,6 +612,16 @@ static void json_file(const struct check *c, struct json *j, const struct file_c
 	json_kv_str(j, "path", fc->path);
 	json_kv_str(j, "package", fc->package[0] ? fc->package : NULL);
 	json_kv_str(j, "version", fc->version[0] ? fc->version : NULL);
+	json_kv_str(j, "kind", fc->binary ? kind_names[fc->dev.kind] : "corpus");
+	if (fc->binary) {
+		json_kv_u64(j, "cubins", fc->dev.cubins);
+		json_kv_u64(j, "ptx", fc->dev.ptx);
+		json_key(j, "architectures");
+		json_arr_begin(j);
+		for (unsigned i = 0; i < fc->dev.nsms; i++)
+			json_u64(j, fc->dev.sms[i]);
+		json_arr_end(j);
+	}
 	json_kv_u64(j, "kernels", fc->kernels);
 	json_key(j, "rules");
 	json_arr_begin(j);
@@ -545,7 +735,8 @@ static int profile_main(const struct cli_command *cmd, int argc, char **argv)
 	}
 	c.json = o.json;
 	if (optind == argc)
-		cli_usage_error(&o, "no FILE: give corpus files (tests/engines/*.tsv)");
+		cli_usage_error(&o, "no FILE: give corpus files (tests/engines/*.tsv), cubins, "
+				"fatbins or libraries");
 	if ((ret = cli_parse_done(&o)))
 		return ret;
 	if (profile_load(c.spec, &c.prof, err, sizeof err) < 0)
@@ -563,9 +754,14 @@ const struct cli_command cmd_profile = {
 	"Usage: moeft profile check [--profile SPEC] [--json] FILE...\n"
 	"\n"
 	"Each FILE is an engine corpus (tests/engines/README.md; made from a\n"
-	"package's cubins by tools/engines/corpus.sh): its kernels with their\n"
-	"parameter tables.  Every kernel goes to the rule that owns it, as the\n"
-	"preload decides (the first rule whose pattern matches its mangled name),\n"
+	"package's cubins by tools/engines/corpus.sh), or device code itself: a\n"
+	"cubin, a fatbin, or a shared library or program with a .nv_fatbin\n"
+	"section (an engine's _C.abi3.so), its cubins compressed or not (zstd and\n"
+	"LZ4 through the system's libzstd.so.1 and liblz4.so.1).  Their kernels\n"
+	"have parameter tables; in a binary a kernel is counted once, its sm_90\n"
+	"table read first and another architecture's checked where it differs.\n"
+	"Every kernel goes to the rule that owns it, as the preload decides (the\n"
+	"first rule whose pattern matches its mangled name),\n"
 	"and the rule's positions are checked against the kernel's table: every\n"
 	"parameter it reads exists, a pointer is 8 bytes, an integer 1, 2, 4 or 8\n"
 	"(:i32 and :i64 exactly 4 and 8), and a field lies inside its struct.\n"
@@ -580,5 +776,6 @@ const struct cli_command cmd_profile = {
 	"  -h, --help          show this help\n"
 	"\n"
 	"Exit status: 0 every rule fits the kernels it owns, 1 a rule misfits one\n"
-	"(it would read the wrong bytes), 2 usage or a FILE that is not a corpus.\n",
+	"(it would read the wrong bytes), 2 usage, or a FILE that is neither a\n"
+	"corpus nor device code read to its end.\n",
 };

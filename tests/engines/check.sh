@@ -10,8 +10,17 @@
 #            exit 1, each misfit said
 #   usage    a file that is not a corpus, a bad line, a missing file, no
 #            FILE, a bad --profile: each message exactly, exit 2
+#   binary   the same on device code built by nvcc (kernels.cu, misfit.cu):
+#            a library with plain, zstd and LZ4 cubins, a cubin and a
+#            fatbin read to the same kernels and answers; every table read
+#            (DUMP_TABLES) equals the corpus's table of the same mangled
+#            name, as cuobjdump read it from the wheels; misfits said, one
+#            of sm_80 only; truncated, bit-flipped and foreign files refused
+#            with their reason, exit 2
 #
 # Usage: check.sh CHECK MOEFT ENGINES_DIR
+#        check.sh binary MOEFT ENGINES_DIR DUMP_TABLES LIBFIT LIBFIT_ZSTD LIBFIT_LZ4
+#                 FIT_CUBIN FIT_FATBIN LIBMISFIT
 set -u
 
 check=$1 moeft=$2 engines=$3
@@ -110,7 +119,8 @@ kernel, library, mangled name, demangled name, parameters" "$dir/short.tsv"
 	expect 2 "moeft profile: $dir/nopkg.tsv: no '# package:' line: not a corpus file \
 (tests/engines/README.md)" "$dir/nopkg.tsv"
 	expect 2 "moeft profile: $dir/none.tsv: No such file or directory" "$dir/none.tsv"
-	expect 2 "moeft profile: no FILE: give corpus files (tests/engines/*.tsv)"
+	expect 2 "moeft profile: no FILE: give corpus files (tests/engines/*.tsv), cubins, fatbins \
+or libraries"
 	expect 2 "moeft profile: --profile vlm: unknown profile 'vlm' (built-in: auto, vllm, \
 sglang, torch, llamacpp; a file must be given as a path with a '/', e.g. ./vlm)" \
 		--profile vlm "$dir/gap.tsv"
@@ -118,6 +128,134 @@ sglang, torch, llamacpp; a file must be given as a path with a '/', e.g. ./vlm)"
 	[ "$(head -n 1 "$dir/err")" = "moeft profile: list: want 'moeft profile check FILE...' \
 (moeft profile --help)" ] || fail "profile list: $(cat "$dir/err")"
 	"$moeft" profile --help | grep -q 'moeft profile check \[--profile SPEC\]' || fail "--help"
+	;;
+binary)
+	dump=$4 lib=$5 zstd=$6 lz4=$7 cubin=$8 fatbin=$9 misfit=${10}
+	for f in "$lib" "$zstd" "$lz4" "$cubin" "$fatbin"; do
+		"$moeft" profile check --json "$f" >"$dir/$(basename "$f").json" 2>"$dir/err" ||
+			fail "$f: exit $?: $(cat "$dir/err")"
+	done
+	python3 - "$dir" "$(basename "$lib")" "$(basename "$zstd")" "$(basename "$lz4")" \
+		"$(basename "$cubin")" "$(basename "$fatbin")" <<'PY' || fail "(above)"
+import json, sys
+d, lib, zstd, lz4, cubin, fatbin = sys.argv[1:]
+rules = {"*4vllm3moe10topkGatingI*El*": 1, "*4vllm3moe10topkGatingI*": 1,
+         "*30reshape_and_cache_flash_kernelI13__nv_bfloat16S1_*": 1,
+         "*moe_fused_gate_kernel_dynamic*": 1}
+kinds = {lib: ("ELF", 4, 1, [80, 90]), zstd: ("ELF", 4, 1, [80, 90]),
+         lz4: ("ELF", 4, 1, [80, 90]), cubin: ("cubin", 1, 0, [90]),
+         fatbin: ("fatbin", 2, 1, [80, 90])}
+for name, (kind, cubins, ptx, sms) in kinds.items():
+    j = json.load(open(f"{d}/{name}.json"))
+    assert j["status"] == "ok" and j["misfits"] == 0, (name, j)
+    f = j["files"][0]
+    got = (f["kind"], f["cubins"], f["ptx"], f["architectures"], f["kernels"])
+    assert got == (kind, cubins, ptx, sms, 6), (name, got)
+    owned = {r["text"].split()[1]: r["matched"] for r in f["rules"]}
+    assert owned == rules, (name, owned)
+    assert all(r["misfits"] == 0 for r in f["rules"]), (name, f["rules"])
+    assert f["unmatched"] == [{"name": "my_router_topk_kernel", "kernels": 1}], (name, f)
+PY
+	# every table read equals the corpus's (cuobjdump's) of the same name
+	for f in "$lib" "$misfit"; do
+		"$dump" "$f" >>"$dir/tables" || fail "dump_tables $f: exit $?"
+	done
+	python3 - "$dir/tables" "$engines" <<'PY' || fail "(above)"
+import glob, sys
+corpus = {}
+for path in glob.glob(sys.argv[2] + "/*.tsv"):
+    for line in open(path):
+        f = line.rstrip("\n").split("\t")
+        if f[0] == "kernel":
+            corpus.setdefault(f[2], set()).add(f[4])
+same = 0
+for line in open(sys.argv[1]):
+    name, sm, table = line.rstrip("\n").split("\t")
+    if sm == "sm_90" and name in corpus:
+        assert corpus[name] == {table}, (name, table, corpus[name])
+        same += 1
+assert same == 5, f"{same} kernels found in the corpus, want 5"
+PY
+	"$moeft" profile check "$misfit" >"$dir/report" 2>"$dir/err"
+	rc=$?
+	[ "$rc" = 1 ] || fail "$misfit: exit $rc, want 1: $(cat "$dir/err")"
+	cat "$dir/report"
+	for line in \
+		"$misfit: ELF, 4 cubins (sm_80 sm_90), 1 PTX, 2 kernels" \
+		"          slots: p4: the kernel has 2 parameters" \
+		"        _ZN2at6native6sbtopk10gatherTopKIfjLi1ELb0EEEvNS_4cuda6detail10TensorInfoIKT_T0_EES8_S8_bS8_S8_NS5_IS6_S8_EES8_NS5_IlS8_EES8_PS6_, the table of sm_80" \
+		"          ids: p8@0: 8 bytes at byte 0 pass the end of the 4-byte parameter" \
+		"MISFITS: 2 misfits"; do
+		grep -qxF "$line" "$dir/report" || fail "no line '$line'"
+	done
+	# hostile files: each refused with its reason
+	head -c 3000 "$lib" >"$dir/cut.so"
+	head -c 40 "$cubin" >"$dir/cut.cubin"
+	printf '\177ELF' >"$dir/magic"
+	python3 - "$dir" "$lib" "$lz4" "$cubin" <<'PY' || fail "(above)"
+import struct, sys
+d, lib, lz4, cubin = sys.argv[1:]
+
+def sections(b):
+    shoff, = struct.unpack_from("<Q", b, 0x28)
+    n, strndx = struct.unpack_from("<HH", b, 0x3c)
+    sh = [struct.unpack_from("<IIQQQQIIQQ", b, shoff + 64 * i) for i in range(n)]
+    names = sh[strndx][4]
+    for s in sh:
+        name = b[names + s[0]:b.index(b"\0", names + s[0])].decode()
+        yield name, s[4], s[5], names + s[0]
+
+def fatbin(b):
+    return next((off, size) for name, off, size, _ in sections(b) if name == ".nv_fatbin")
+
+b = bytearray(open(lib, "rb").read())
+off, _ = fatbin(b)
+b[off] ^= 0x01                              # the first container's magic
+open(f"{d}/magic.so", "wb").write(b)
+b = bytearray(open(lz4, "rb").read())
+off, _ = fatbin(b)
+hlen = struct.unpack_from("<H", b, off + 6)[0]
+e = off + hlen                              # the first entry: an LZ4 cubin
+ehlen, = struct.unpack_from("<I", b, e + 4)
+b[e + ehlen] ^= 0xf0                        # its first token's literal count
+open(f"{d}/lz4.so", "wb").write(b)
+b = bytearray(open(cubin, "rb").read())
+for name, off, size, at in sections(b):
+    if name.startswith(".nv.info._Z"):
+        p = off
+        while b[p + 1] != 0x17:
+            p += 4 + (struct.unpack_from("<H", b, p + 2)[0] if b[p] == 4 else 0)
+        first = struct.unpack_from("<H", b, p + 8)[0]
+        struct.pack_into("<H", b, p + 16 + 8, first)   # the next: the same ordinal
+        open(f"{d}/twice.cubin", "wb").write(b)
+        b[at + len(".nv.info._Z") + 2] = 0x01
+        open(f"{d}/ctl.cubin", "wb").write(b)
+        print(name[len(".nv.info."):], first, file=open(f"{d}/twice.kernel", "w"))
+        break
+PY
+	read -r twice_kernel twice_ord <"$dir/twice.kernel"
+	cut_size=$(stat -c %s "$lib")
+	expect 2 "moeft profile: $dir/cut.so: the section headers at offset \
+$(python3 -c 'import struct,sys; print(struct.unpack_from("<Q", open(sys.argv[1],"rb").read(64), 0x28)[0])' "$lib") \
+($(($(python3 -c 'import struct,sys; print(struct.unpack_from("<H", open(sys.argv[1],"rb").read(64), 0x3c)[0])' "$lib") * 64)) bytes): past the end (3000 bytes)" "$dir/cut.so"
+	expect 2 "moeft profile: $dir/cut.cubin: the ELF header at offset 0 (64 bytes): past the \
+end (40 bytes)" "$dir/cut.cubin"
+	expect 2 "moeft profile: $dir/magic: the ELF header at offset 0 (64 bytes): past the end \
+(4 bytes)" "$dir/magic"
+	"$moeft" profile check "$dir/magic.so" >/dev/null 2>"$dir/err"
+	[ $? = 2 ] && grep -q "^moeft profile: $dir/magic.so: no fatbin container at byte 0 of " \
+		"$dir/err" || fail "magic.so: $(cat "$dir/err")"
+	"$moeft" profile check "$dir/lz4.so" >/dev/null 2>"$dir/err"
+	[ $? = 2 ] && grep -qE "^moeft profile: $dir/lz4.so: the fatbin container at offset [0-9]+: \
+its sm_80 cubin at byte 0: a LZ4-compressed cubin does not inflate to its [0-9]+ bytes$" \
+		"$dir/err" || fail "lz4.so: $(cat "$dir/err")"
+	expect 2 "moeft profile: $dir/twice.cubin: $twice_kernel: parameter ordinal $twice_ord is \
+given twice" "$dir/twice.cubin"
+	expect 2 "moeft profile: $dir/ctl.cubin: a kernel name with the byte 0x01: not a symbol" \
+		"$dir/ctl.cubin"
+	expect 2 "moeft profile: $moeft: no device code: no .nv_fatbin section, or an empty one" \
+		"$moeft"
+	[ "$cut_size" -gt 3000 ] || fail "$lib: $cut_size bytes, too small to cut"
 	;;
 *)
 	fail "unknown check"
