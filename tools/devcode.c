@@ -515,8 +515,6 @@ int devcode_read(int fd, devcode_each each, void *arg, struct devcode_file *f, c
 	} else {
 		f->kind = DEVCODE_HOST_ELF;
 		ret = elf_sections(w, &s, 0, host_section);
-		if (!ret && !f->cubins && !f->ptx)
-			ret = fail(w, "no device code: no .nv_fatbin section, or an empty one");
 	}
 out:
 	free(w);

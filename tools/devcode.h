@@ -51,7 +51,8 @@ int devcode_is_binary(const void *head, size_t n);
 /*
  * Read the open file fd: call each for every kernel of every cubin in it,
  * and fill *f.  Returns 0, the callback's non-zero value, or -1 with why
- * (the part of the file and what is wrong with it).
+ * (the part of the file and what is wrong with it).  A host ELF without
+ * a .nv_fatbin section reads as no cubins and no PTX.
  */
 int devcode_read(int fd, devcode_each each, void *arg, struct devcode_file *f, char *why,
 		 size_t len);

@@ -556,6 +556,10 @@ static void describe_binary(const struct devcode_file *d, char *out, size_t len)
 {
 	size_t n = (size_t)snprintf(out, len, "%s", kind_names[d->kind]);
 
+	if (!d->cubins && !d->ptx) {
+		snprintf(out + n, len - n, ", no device code (no .nv_fatbin section)");
+		return;
+	}
 	if (d->kind != DEVCODE_CUBIN)
 		n += (size_t)snprintf(out + n, len - n, ", %u cubin%s (", d->cubins,
 				      d->cubins == 1 ? "" : "s");

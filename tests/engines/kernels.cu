@@ -7,6 +7,7 @@
  * parameter table equals the corpus's: check.sh compares the two.
  */
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 namespace cutlass {
 struct bfloat16_t { unsigned short storage; };
@@ -39,6 +40,19 @@ template __global__ void topkGating<10, 320, 4, 4, 32, int, __nv_bfloat16, SCORI
 template __global__ void topkGating<10, 320, 4, 4, 32, long, __nv_bfloat16, SCORING_SOFTMAX>(
 	const __nv_bfloat16 *, const bool *, float *, int, long *, int *, int, int, int, bool,
 	const float *, double, const bool *);
+namespace single_group_topk {
+namespace detail {
+template <typename T, typename BiasT, typename IdxT, ScoringFunc SF, int MaxExperts, int MaxTopK>
+__global__ void single_group_topk_warp_kernel(const T *, float *, IdxT *, const BiasT *, long,
+					      long, long, bool, float, bool)
+{
+}
+
+template __global__ void single_group_topk_warp_kernel<__nv_bfloat16, __half, int,
+						       SCORING_SOFTMAX, 1024, 16>(
+	const __nv_bfloat16 *, float *, int *, const __half *, long, long, long, bool, float, bool);
+} /* namespace detail */
+} /* namespace single_group_topk */
 } /* namespace moe */
 
 template <typename scalar_t, typename cache_t, Fp8KVCacheDataType kv_dt>

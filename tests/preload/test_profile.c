@@ -448,6 +448,9 @@ static const char *const vllm_want[] = {
 	"routing *4vllm3moe7moeTopKI*Ej* ids=p3:u32 weights=p2:f32 rows=grid.x k=p6",
 	"routing *4vllm3moe7moeTopKI*El* ids=p3:i64 weights=p2:f32 rows=grid.x k=p6",
 	"routing *4vllm3moe7moeTopKI* ids=p3:i32 weights=p2:f32 rows=grid.x k=p6",
+	"routing *29single_group_topk_warp_kernelI*jLNS0_11ScoringFunc* ids=p2:u32 weights=p1:f32 rows=p4 k=p6 experts=p5 when=p6<=64",
+	"routing *29single_group_topk_warp_kernelI*lLNS0_11ScoringFunc* ids=p2:i64 weights=p1:f32 rows=p4 k=p6 experts=p5 when=p6<=64",
+	"routing *29single_group_topk_warp_kernelI*iLNS0_11ScoringFunc* ids=p2:i32 weights=p1:f32 rows=p4 k=p6 experts=p5 when=p6<=64",
 	"routing *grouped_topk_fused_kernel* ids=p2:i32 weights=p1:f32 rows=p4 k=p8",
 	"routing *grouped_topk_fused_small_expert_count_kernel* ids=p2:i32 weights=p1:f32 rows=p4 k=p7",
 	"kv *30reshape_and_cache_flash_kernelI*hLNS_18Fp8KVCacheDataTypeE* slots=p4:i64 count=grid.x block=p12 stride=p5:i64 pool=p2,p3",
@@ -595,6 +598,10 @@ static void test_builtin_names(void)
 		  "*4vllm3moe24dsv4HashTopkSoftplusSqrtI*" },
 		{ "_ZN4vllm3moe25grouped_topk_fused_kernelIfiEEvPT_PfPiPKS1_iiiiibfi", "vllm",
 		  "*grouped_topk_fused_kernel*" },
+		{ "_ZN4vllm3moe17single_group_topk6detail29single_group_topk_warp_kernelI13__nv_bfloat166__halfiLNS0_11ScoringFuncE0ELi1024ELi16EEEvPKT_PfPT1_PKT0_lllbfb",
+		  "vllm", "*29single_group_topk_warp_kernelI*iLNS0_11ScoringFunc*" },
+		{ "_ZN4vllm3moe17single_group_topk6detail29single_group_topk_warp_kernelIfflLNS0_11ScoringFuncE1ELi512ELi22EEEvPKT_PfPT1_PKT0_lllbfb",
+		  "vllm", "*29single_group_topk_warp_kernelI*lLNS0_11ScoringFunc*" },
 		{ "_ZN4vllm30reshape_and_cache_flash_kernelIttLNS_18Fp8KVCacheDataTypeE0EEEvPKT_S4_PT0_S6_PKllllliiiPKfSA_",
 		  "vllm", "*30reshape_and_cache_flash_kernelItt*" },
 		{ "_ZN4vllm30reshape_and_cache_flash_kernelI6__halfS1_LNS_18Fp8KVCacheDataTypeE0EEEvPKT_S5_PT0_S7_PKlllllliiiPKfSB_i",
@@ -635,6 +642,8 @@ static void test_builtin_names(void)
 		  "llamacpp", "*k_set_rows*" },
 		/* Near misses. */
 		{ "reshape_and_cache_kernel_flash", NULL, NULL },     /* vLLM's Triton kernel */
+		{ "_ZN4vllm3moe17single_group_topk6detail30single_group_topk_block_kernelI13__nv_bfloat166__halfiLNS0_11ScoringFuncE0ELi1024ELi16EEEvPKT_PfPT1_PKT0_llbfb",
+		  NULL, NULL },				/* its longs are not known */
 		{ "_ZN4vllm31reshape_and_cache_flash_kernel2Iff", NULL, NULL },
 		{ "_ZN2at6native6sbtopk9gatherTopIf", NULL, NULL },
 		{ "ampere_sgemm_128x64_tn", NULL, NULL },
@@ -710,7 +719,7 @@ static void test_load_file(void)
 	CU_ASSERT_STRING_EQUAL(err, "/: not a regular file");
 
 	CU_ASSERT_EQUAL(profile_load("vllm", &p, err, sizeof err), 0);
-	CU_ASSERT_EQUAL(p.count, 32);
+	CU_ASSERT_EQUAL(p.count, 35);
 	profile_free(&p);
 	CU_ASSERT_EQUAL(profile_load("vlm", &p, err, sizeof err), -1);
 	CU_ASSERT_STRING_EQUAL(err, "unknown profile 'vlm' (built-in: auto, vllm, sglang, torch, llamacpp; "
