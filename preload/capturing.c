@@ -27,10 +27,8 @@
 #include "wal.h"
 #include "window.h"
 
-/* 4 MiB of ring: ~500 appends of 256 tokens x top-8, several decode steps
- * of a large model between two polls.  Full means drops (a gap in the
- * window), never waiting. */
-#define CAP_RING_BYTES (UINT64_C(4) << 20)
+/* The ring is MOEFT_RING bytes (config.c has the default and why).  Full
+ * means drops (a gap in the window), never waiting. */
 #define CAP_POLL_NS 1000000L
 
 _Static_assert((int)RULE_I32 == (int)CAP_DT_I32 && (int)RULE_U32 == (int)CAP_DT_U32 &&
@@ -59,7 +57,7 @@ static struct {
 	atomic_int forked;       /* a child of fork(): the ring is the parent's */
 	atomic_ullong gaps;
 	atomic_ullong sync_ns;
-	atomic_bool said_off, said_lanes, said_mark;
+	atomic_bool said_off, said_lanes, said_mark, said_full;
 } cap = { .once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER,
 	    .drain_lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -100,6 +98,11 @@ static int drain(void)
 	ring_poll(&cap.ring, NULL, NULL, &gap);
 	atomic_fetch_add_explicit(&cap.gaps, gap.entries, memory_order_relaxed);
 	wa_gap(cap.wa, gap.entries);
+	if (gap.entries && msg_first(&cap.said_full))
+		msg_log(WAL_LOG_WARN, "capture: the ring of %" PRIu64 " bytes was full: %" PRIu64
+			" routing entries dropped, their window is flagged routing-gap (a "
+			"restore refuses it); give MOEFT_RING more (a power of two up to 1G)",
+			cap.set.ring_bytes, gap.entries);
 	n = ring_poll(&cap.ring, wa_entry, cap.wa, NULL);
 	if (n >= 0)
 		return 0;
@@ -200,8 +203,8 @@ static void *consumer(void *arg)
 				wa_drop_held(cap.wa);
 				if (msg_first(&cap.said_mark))
 					msg_log(WAL_LOG_WARN, "capture: a window's end was lost "
-						"(capture ring full); the next window copies every "
-						"KV chunk again");
+						"(capture ring full; give MOEFT_RING more); the next "
+						"window copies every KV chunk again");
 			}
 		}
 		unstall();
@@ -328,12 +331,12 @@ static void capture_open(void)
 		capture_off(why);
 		return;
 	}
-	if ((r = shim_dev_host_alloc(ring_size(CAP_RING_BYTES), &host, &cap.dev))) {
+	if ((r = shim_dev_host_alloc(ring_size(cap.set.ring_bytes), &host, &cap.dev))) {
 		snprintf(why, sizeof why, "allocating the ring failed (CUresult %d)", r);
 		capture_off(why);
 		return;
 	}
-	if (ring_init(&cap.ring, host, ring_size(CAP_RING_BYTES)) < 0) {
+	if (ring_init(&cap.ring, host, ring_size(cap.set.ring_bytes)) < 0) {
 		capture_off("the ring's size is not one it can take");
 		return;
 	}
@@ -354,7 +357,7 @@ static void capture_open(void)
 	atexit(capture_close);
 	atomic_store_explicit(&cap.on, 1, memory_order_release);
 	msg_log(WAL_LOG_DEBUG, "capture: a ring of %" PRIu64 " bytes, window %u steps",
-		CAP_RING_BYTES, cap.set.window);
+		cap.set.ring_bytes, cap.set.window);
 }
 
 static int capture_ready(void)

@@ -36,6 +36,7 @@ struct capture_setup {
 	struct wal *wal;
 	struct kvs *kvs;          /* NULL: windows carry no KV */
 	unsigned window;          /* MOEFT_WINDOW */
+	uint64_t ring_bytes;      /* MOEFT_RING */
 	int commit_async;         /* MOEFT_COMMIT=async */
 };
 

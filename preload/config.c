@@ -36,6 +36,13 @@
 #define WAL_SIZE_ALIGN (4 * KiB)
 #define WINDOW_DEFAULT 16u
 #define WINDOW_MAX 65536u
+/* The capture ring: routing that comes faster than the consumer drains it
+ * is dropped (a window with a gap), never waited for.  64 MiB holds a
+ * prefill step of 8192 tokens x top-8 ids and weights over 48 layers, a
+ * consumer late by one such step on a loaded host. */
+#define RING_DEFAULT (64 * MiB)
+#define RING_MIN (64 * KiB)
+#define RING_MAX GiB
 #define KV_ORDINAL_MAX 65535
 #define KV_BLOCK_MIN (4 * KiB)
 #define KV_BLOCK_MAX GiB
@@ -44,7 +51,7 @@
 const char *const config_vars[] = {
 	"MOEFT_WAL", "MOEFT_WAL_SIZE", "MOEFT_NUMA_NODE", "MOEFT_WINDOW", "MOEFT_COMMIT",
 	"MOEFT_PROFILE", "MOEFT_KV", "MOEFT_KV_TRACK", "MOEFT_LOG", "MOEFT_DISABLE", "MOEFT_STRICT",
-	"MOEFT_RESTORE_AT", "MOEFT_KERNEL_IMAGE", "MOEFT_FORCE_FRESH",
+	"MOEFT_RESTORE_AT", "MOEFT_KERNEL_IMAGE", "MOEFT_FORCE_FRESH", "MOEFT_RING",
 	/* Set by `moeft restore` for the process it starts: the plan the
 	 * preload follows, and the manifest for the application's own
 	 * recovery hook (the preload never reads it). */
@@ -212,6 +219,18 @@ static int load_window(struct moeft_config *c, const char *v, char *err, size_t 
 		return bad(err, errlen, "MOEFT_WINDOW", v, "must be an integer from 1 to %u",
 			   WINDOW_MAX);
 	c->window = (unsigned)w;
+	return 0;
+}
+
+static int load_ring(struct moeft_config *c, const char *v, char *err, size_t errlen)
+{
+	uint64_t size;
+
+	if (parse_bytes(v, &size) < 0 || size < RING_MIN || size > RING_MAX ||
+	    (size & (size - 1)))
+		return bad(err, errlen, "MOEFT_RING", v, "must be a power of two from 64K to 1G "
+			   "(a byte count with an optional K, M or G suffix, binary: 1K = 1024)");
+	c->ring_bytes = size;
 	return 0;
 }
 
@@ -435,6 +454,7 @@ int config_load(struct moeft_config *c, const char *(*get)(const char *name),
 	c->wal_size = WAL_SIZE_DEFAULT;
 	c->numa_node = -1;
 	c->window = WINDOW_DEFAULT;
+	c->ring_bytes = RING_DEFAULT;
 	strcpy(c->profile, "auto");
 	c->log_level = WAL_LOG_WARN;
 	if (err && errlen)
@@ -457,6 +477,8 @@ int config_load(struct moeft_config *c, const char *(*get)(const char *name),
 	if ((v = lookup(get, "MOEFT_WINDOW")) && load_window(c, v, err, errlen) < 0)
 		return -1;
 	if ((v = lookup(get, "MOEFT_COMMIT")) && load_commit(c, v, err, errlen) < 0)
+		return -1;
+	if ((v = lookup(get, "MOEFT_RING")) && load_ring(c, v, err, errlen) < 0)
 		return -1;
 	if ((v = lookup(get, "MOEFT_PROFILE")) && load_profile(c, v, err, errlen) < 0)
 		return -1;
@@ -553,17 +575,18 @@ int config_unknown_vars(char **envp, char *out, size_t len)
 
 void config_describe(const struct moeft_config *c, char *out, size_t len)
 {
-	char size[24], numa[16];
+	char size[24], ring[24], numa[16];
 
 	if (c->numa_node < 0)
 		snprintf(numa, sizeof numa, "none");
 	else
 		snprintf(numa, sizeof numa, "%d", c->numa_node);
 	snprintf(out, len,
-		 "wal=%s size=%s numa=%s window=%u commit=%s restore-at=%s profile=%s kv=%s "
-		 "kv-track=%s log=%s strict=%s disable=%s force-fresh=%s",
+		 "wal=%s size=%s numa=%s window=%u commit=%s ring=%s restore-at=%s profile=%s "
+		 "kv=%s kv-track=%s log=%s strict=%s disable=%s force-fresh=%s",
 		 c->wal_path, fmt_bytes(c->wal_size, size, sizeof size), numa, c->window,
-		 c->commit_async ? "async" : "wait", c->restore_at_step ? "step" : "init",
+		 c->commit_async ? "async" : "wait", fmt_bytes(c->ring_bytes, ring, sizeof ring),
+		 c->restore_at_step ? "step" : "init",
 		 c->profile, c->kv_count ? c->kv_rules : "none", c->kv_hash ? "hash" : "slots",
 		 log_names[c->log_level >= 0 && c->log_level <= 3 ? c->log_level : 1],
 		 c->strict ? "on" : "off", c->disable ? "on" : "off",

@@ -32,6 +32,7 @@ struct moeft_config {
 	uint64_t wal_size;
 	int numa_node;                  /* -1: no binding */
 	unsigned window;                /* decode steps per committed window */
+	uint64_t ring_bytes;            /* MOEFT_RING: the capture ring's data */
 	int commit_async;               /* MOEFT_COMMIT=async: host waits do not
 					 * wait for a window's commit */
 	int restore_at_step;            /* MOEFT_RESTORE_AT=step: restore at the

@@ -233,6 +233,7 @@ int preload_start(void)
 	open_kv_store();
 	pools_init(pl.kvs, pl.cfg.kv, pl.cfg.kv_count, pl.cfg.kv_hash);
 	cs = (struct capture_setup){ .wal = pl.wal, .kvs = pl.kvs, .window = pl.cfg.window,
+				     .ring_bytes = pl.cfg.ring_bytes,
 				     .commit_async = pl.cfg.commit_async };
 	capture_init(&cs);
 	if (resume_requested())

@@ -2,7 +2,8 @@
 # faults.sh - what a running server gets from moeft's files, done for real:
 # the log, then the KV store, truncated to nothing mid-run (the process is
 # stopped, the file cut, the process continued); a log path pre-created
-# writable by others; and the application's own SIGBUS.
+# writable by others; the application's own SIGBUS; a capture ring too
+# small for the routing.
 #
 # Usage: faults.sh LIBMOEFT SERVE SIGBUS
 # A cut file: the run ends with status 0 and the plain run's output, and
@@ -84,4 +85,23 @@ MOEFT_WAL="$dir/own.wal" LD_PRELOAD="$lib" "$sigbus" "$dir/own.page" handler \
 [ $rc = 42 ] || fail "own SIGBUS, own handler: status $rc: $(cat "$dir/own.err")"
 [ "$(cat "$dir/own.err")" = "sigbus: own handler" ] ||
 	fail "own SIGBUS, own handler: stderr: $(cat "$dir/own.err")"
-echo "capture faults.sh: log cut, KV store cut, hostile log, own SIGBUS: ok"
+
+# A capture ring too small for the routing (a prefill of 1024 sequences
+# appends entries larger than 64 KiB): the run's output as without moeft,
+# one line naming MOEFT_RING; with the default ring, not a line.
+big="--seqs=1024 --topk=8 --steps=40"
+"$serve" $big >"$dir/big.want" || fail "small ring: the plain run failed"
+for ring in 64K ""; do
+	MOEFT_RING=$ring MOEFT_WAL="$dir/ring$ring.wal" LD_PRELOAD="$lib" "$serve" $big \
+		>"$dir/ring.out" 2>"$dir/ring.err" || fail "ring '$ring': the run failed"
+	cmp -s "$dir/big.want" "$dir/ring.out" || fail "ring '$ring': output differs"
+	if [ -n "$ring" ]; then
+		[ "$(wc -l <"$dir/ring.err")" = 1 ] && grep -qE "^moeft: capture: the ring of \
+65536 bytes was full: [1-9][0-9]* routing entries dropped, their window is flagged \
+routing-gap \(a restore refuses it\); give MOEFT_RING more \(a power of two up to 1G\)$" \
+			"$dir/ring.err" || fail "small ring: stderr: $(cat "$dir/ring.err")"
+	else
+		[ ! -s "$dir/ring.err" ] || fail "default ring: stderr: $(cat "$dir/ring.err")"
+	fi
+done
+echo "capture faults.sh: log cut, KV store cut, hostile log, own SIGBUS, small ring: ok"

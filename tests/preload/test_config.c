@@ -78,6 +78,7 @@ static void test_defaults(void)
 	CU_ASSERT_EQUAL(c.wal_size, GiB);
 	CU_ASSERT_EQUAL(c.numa_node, -1);
 	CU_ASSERT_EQUAL(c.window, 16);
+	CU_ASSERT_EQUAL(c.ring_bytes, 64 * MiB);
 	CU_ASSERT_STRING_EQUAL(c.profile, "auto");
 	CU_ASSERT_STRING_EQUAL(c.kv_rules, "");
 	CU_ASSERT_EQUAL(c.kv_count, 0);
@@ -96,6 +97,7 @@ static void test_empty_is_unset(void)
 		"MOEFT_WAL", "MOEFT_WAL_SIZE", "MOEFT_NUMA_NODE", "MOEFT_WINDOW", "MOEFT_COMMIT",
 		"MOEFT_PROFILE", "MOEFT_KV", "MOEFT_KV_TRACK", "MOEFT_LOG", "MOEFT_DISABLE",
 		"MOEFT_STRICT", "MOEFT_RESTORE_AT", "MOEFT_KERNEL_IMAGE", "MOEFT_FORCE_FRESH",
+		"MOEFT_RING",
 	};
 	struct moeft_config c;
 	char err[256];
@@ -104,6 +106,7 @@ static void test_empty_is_unset(void)
 	for (i = 0; i < NELEM(names); i++) {
 		CU_ASSERT_EQUAL(load1(&c, names[i], "", err, sizeof err), 0);
 		CU_ASSERT_EQUAL(c.window, 16);
+		CU_ASSERT_EQUAL(c.ring_bytes, 64 * MiB);
 		CU_ASSERT_EQUAL(c.wal_size, GiB);
 		CU_ASSERT_STRING_EQUAL(c.profile, "auto");
 	}
@@ -112,7 +115,7 @@ static void test_empty_is_unset(void)
 /* ---- each variable, good and bad ------------------------------------------ */
 
 enum field { F_NONE, F_WAL, F_SIZE, F_WINDOW, F_COMMIT, F_PROFILE, F_KV, F_LOG, F_DISABLE,
-	     F_STRICT, F_RESTORE_AT, F_FORCE_FRESH, F_KV_TRACK };
+	     F_STRICT, F_RESTORE_AT, F_FORCE_FRESH, F_KV_TRACK, F_RING };
 
 static const struct vcase {
 	const char *name, *value;
@@ -169,6 +172,16 @@ static const struct vcase {
 	{ "MOEFT_NUMA_NODE", "abc", -1, F_NONE, 0, "MOEFT_NUMA_NODE: 'abc' is not a node number" },
 	{ "MOEFT_NUMA_NODE", "-1", -1, F_NONE, 0, "MOEFT_NUMA_NODE: '-1' is not a node number" },
 	{ "MOEFT_NUMA_NODE", "0x1", -1, F_NONE, 0, "MOEFT_NUMA_NODE: '0x1' is not a node number" },
+	/* MOEFT_RING */
+	{ "MOEFT_RING", "64K", 0, F_RING, 64 * KiB, NULL },
+	{ "MOEFT_RING", "4M", 0, F_RING, 4 * MiB, NULL },
+	{ "MOEFT_RING", "1G", 0, F_RING, GiB, NULL },
+	{ "MOEFT_RING", "268435456", 0, F_RING, 256 * MiB, NULL },
+	{ "MOEFT_RING", "32K", -1, F_NONE, 0, "MOEFT_RING='32K': must be a power of two from 64K to 1G (a byte count with an optional K, M or G suffix, binary: 1K = 1024)" },
+	{ "MOEFT_RING", "2G", -1, F_NONE, 0, "MOEFT_RING='2G': must be a power of two from 64K to 1G (a byte count with an optional K, M or G suffix, binary: 1K = 1024)" },
+	{ "MOEFT_RING", "3M", -1, F_NONE, 0, "MOEFT_RING='3M': must be a power of two from 64K to 1G (a byte count with an optional K, M or G suffix, binary: 1K = 1024)" },
+	{ "MOEFT_RING", "0", -1, F_NONE, 0, "MOEFT_RING='0': must be a power of two from 64K to 1G (a byte count with an optional K, M or G suffix, binary: 1K = 1024)" },
+	{ "MOEFT_RING", "64MB", -1, F_NONE, 0, "MOEFT_RING='64MB': must be a power of two from 64K to 1G (a byte count with an optional K, M or G suffix, binary: 1K = 1024)" },
 	/* MOEFT_WINDOW */
 	{ "MOEFT_WINDOW", "1", 0, F_WINDOW, 1, NULL },
 	{ "MOEFT_WINDOW", "16", 0, F_WINDOW, 16, NULL },
@@ -285,6 +298,7 @@ static uint64_t field_value(const struct moeft_config *c, enum field f)
 	switch (f) {
 	case F_SIZE: return c->wal_size;
 	case F_WINDOW: return c->window;
+	case F_RING: return c->ring_bytes;
 	case F_COMMIT: return (uint64_t)c->commit_async;
 	case F_RESTORE_AT: return (uint64_t)c->restore_at_step;
 	case F_KV: return c->kv_count;
@@ -582,7 +596,7 @@ static void test_describe(void)
 	env_set("MOEFT_DISABLE", "on");
 	CU_ASSERT_EQUAL_FATAL(config_load(&c, env_get, err, sizeof err), 0);
 	config_describe(&c, line, sizeof line);
-	CU_ASSERT_STRING_EQUAL(line, "wal=/dev/dax0.0 size=1028K numa=none window=16 commit=wait restore-at=init profile=auto "
+	CU_ASSERT_STRING_EQUAL(line, "wal=/dev/dax0.0 size=1028K numa=none window=16 commit=wait ring=64M restore-at=init profile=auto "
 			       "kv=size=1G,ordinal=0 kv-track=slots log=warn strict=off disable=on force-fresh=off");
 	c.wal_size = 2 * TiB;
 	c.numa_node = 2;
@@ -594,7 +608,7 @@ static void test_describe(void)
 	c.restore_at_step = 1;
 	c.kv_hash = 1;
 	config_describe(&c, line, sizeof line);
-	CU_ASSERT_STRING_EQUAL(line, "wal=/dev/dax0.0 size=2T numa=2 window=16 commit=async restore-at=step profile=auto "
+	CU_ASSERT_STRING_EQUAL(line, "wal=/dev/dax0.0 size=2T numa=2 window=16 commit=async ring=64M restore-at=step profile=auto "
 			       "kv=none kv-track=hash log=error strict=on disable=off force-fresh=off");
 }
 
