@@ -10,6 +10,10 @@
 #            exit 1, each misfit said
 #   usage    a file that is not a corpus, a bad line, a missing file, no
 #            FILE, a bad --profile: each message exactly, exit 2
+#   launches every launch entry point that a corpus file's libraries import
+#            (its "lib" lines: cu*Launch*, cuda*Launch*, __cudaLaunch*; not
+#            cudaLaunchHostFunc, a host callback) is a symbol LIBMOEFT
+#            exports, so no launch of a released engine goes around moeft
 #   binary   the same on device code built by nvcc (kernels.cu, misfit.cu):
 #            a library with plain, zstd and LZ4 cubins, a cubin and a
 #            fatbin read to the same kernels and answers; every table read
@@ -19,6 +23,7 @@
 #            with their reason, exit 2
 #
 # Usage: check.sh CHECK MOEFT ENGINES_DIR
+#        check.sh launches MOEFT ENGINES_DIR LIBMOEFT
 #        check.sh binary MOEFT ENGINES_DIR DUMP_TABLES LIBFIT LIBFIT_ZSTD LIBFIT_LZ4
 #                 FIT_CUBIN FIT_FATBIN LIBMISFIT
 set -u
@@ -128,6 +133,19 @@ sglang, torch, llamacpp; a file must be given as a path with a '/', e.g. ./vlm)"
 	[ "$(head -n 1 "$dir/err")" = "moeft profile: list: want 'moeft profile check FILE...' \
 (moeft profile --help)" ] || fail "profile list: $(cat "$dir/err")"
 	"$moeft" profile --help | grep -q 'moeft profile check \[--profile SPEC\]' || fail "--help"
+	;;
+launches)
+	lib=$4
+	nm -D --defined-only "$lib" | awk '{ print $3 }' | sed 's/@.*//' | sort -u \
+		>"$dir/exported" || fail "nm $lib"
+	grep -h '^lib	' "$engines"/*.tsv | cut -f4- | tr '\t,' '\n\n' | sed 's/@.*//' |
+		grep -E '^(cu|cuda|__cuda)[A-Za-z0-9_]*Launch' | grep -vx cudaLaunchHostFunc |
+		sort -u >"$dir/imported"
+	[ "$(wc -l <"$dir/imported")" -ge 7 ] || fail "only $(wc -l <"$dir/imported") launch \
+entry points in the corpus: $(cat "$dir/imported")"
+	missing=$(comm -23 "$dir/imported" "$dir/exported")
+	[ -z "$missing" ] || fail "imported by the engines, not interposed: $missing"
+	echo "engines check.sh launches: $(tr '\n' ' ' <"$dir/imported")all interposed"
 	;;
 binary)
 	dump=$4 lib=$5 zstd=$6 lz4=$7 cubin=$8 fatbin=$9 misfit=${10}
