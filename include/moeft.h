@@ -29,7 +29,7 @@ extern "C" {
 
 /* This header's version; moeft_api_version() returns the library's.  An
  * adapter built against version N needs a library of version N or newer. */
-#define MOEFT_API_VERSION 3
+#define MOEFT_API_VERSION 4
 
 MOEFT_API int moeft_api_version(void);
 
@@ -135,6 +135,38 @@ MOEFT_API int moeft_restored_read(int pool, size_t offset, void *dst, size_t len
  * moeft_restored_read refuses it), or a negative errno as
  * moeft_restored_read's.  An engine offers only blocks that are whole. */
 MOEFT_API int moeft_restored_intact(int pool, size_t offset, size_t length);
+
+/* Restored KV in device memory (moeft_restored_copy). */
+struct moeft_restored_range {
+	const void *at;                 /* where the bytes were, in a restored pool */
+	void *dst;                      /* device memory to copy them to */
+	size_t length;
+};
+
+/*
+ * In a restored process, device KV: the preload copied the crashed
+ * process's device KV pools into the allocations of the same identity
+ * (at their pools' initialiser), so a block's restored bytes were at the
+ * same address.  An engine that gives a resumed request other blocks
+ * copies them there with moeft_restored_copy, which reads the restored
+ * images again, never the pools (the engine may have written them since).
+ * moeft_restored_device: 1 when [at, at + length) lies in one restored
+ * device pool whose bytes are in, -ENODEV when not (no restore, not such
+ * a pool, before its initialiser), -EINVAL (length 0, a range that wraps).
+ */
+MOEFT_API int moeft_restored_device(const void *at, size_t length);
+
+/*
+ * Copy n ranges of restored device KV to their dst, ordered on stream (a
+ * cudaStream_t; NULL the legacy default stream): the work enqueued there
+ * after the call sees the bytes, the work enqueued before cannot overwrite
+ * them.  Returns once every byte has been read and copied.  0, or -ENODEV
+ * or -EINVAL as moeft_restored_device (for any range; NULL ranges or dst,
+ * n 0), -ENOMEM, -EIO (an image could not be read, a copy failed: one
+ * line says which; serve nothing from these ranges).
+ */
+MOEFT_API int moeft_restored_copy(const struct moeft_restored_range *ranges, size_t n,
+				  void *stream);
 
 /* In a restored process: 0 with *step the last engine step of the
  * window it restored (an adapter numbers its next steps after it), or

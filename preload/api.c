@@ -2,6 +2,8 @@
  * api.c - include/moeft.h, the public C API, over the preload.
  */
 #include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
 
 #include "hostkv.h"
 #include "moeft.h"
@@ -65,6 +67,33 @@ int moeft_restored_intact(int pool, size_t offset, size_t length)
 	if (!moeft_instrumenting())
 		return -ENODEV;
 	return hostkv_restored_intact(pool, offset, length);
+}
+
+int moeft_restored_device(const void *at, size_t length)
+{
+	if (!moeft_instrumenting())
+		return -ENODEV;
+	return resume_device_restored((uint64_t)(uintptr_t)at, length);
+}
+
+int moeft_restored_copy(const struct moeft_restored_range *ranges, size_t n, void *stream)
+{
+	struct resume_device_range *r;
+	int ret;
+
+	if (!moeft_instrumenting())
+		return -ENODEV;
+	if (!ranges || !n || n > SIZE_MAX / sizeof *r)
+		return -EINVAL;
+	if (!(r = malloc(n * sizeof *r)))
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		r[i] = (struct resume_device_range){ (uint64_t)(uintptr_t)ranges[i].at,
+						     (uint64_t)(uintptr_t)ranges[i].dst,
+						     ranges[i].length };
+	ret = resume_device_copy(r, n, stream);
+	free(r);
+	return ret;
 }
 
 int moeft_restored_step(uint64_t *step)

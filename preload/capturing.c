@@ -14,6 +14,7 @@
 #include "allocs.h"
 #include "capture.h"
 #include "capturing.h"
+#include "config.h"
 #include "clock.h"
 #include "kernels.h"
 #include "kvstore.h"
@@ -324,6 +325,7 @@ static void capture_open(void)
 				.release = snap_release, .live = capture_live,
 				.holds = snap_holds };
 	char why[256];
+	uint64_t ring;
 	void *host;
 	int r;
 
@@ -331,12 +333,22 @@ static void capture_open(void)
 		capture_off(why);
 		return;
 	}
-	if ((r = shim_dev_host_alloc(ring_size(cap.set.ring_bytes), &host, &cap.dev))) {
+	/* Pinned memory short: a smaller ring drops sooner, but captures. */
+	for (ring = cap.set.ring_bytes;
+	     (r = shim_dev_host_alloc(ring_size(ring), &host, &cap.dev)) && ring > CONFIG_RING_MIN;
+	     ring /= 2)
+		;
+	if (r) {
 		snprintf(why, sizeof why, "allocating the ring failed (CUresult %d)", r);
 		capture_off(why);
 		return;
 	}
-	if (ring_init(&cap.ring, host, ring_size(cap.set.ring_bytes)) < 0) {
+	if (ring < cap.set.ring_bytes)
+		msg_log(WAL_LOG_WARN, "capture: the driver pinned no %" PRIu64 " bytes for the ring "
+			"(MOEFT_RING), %" PRIu64 " only: routing is dropped sooner when moeft's "
+			"thread falls behind", cap.set.ring_bytes, ring);
+	cap.set.ring_bytes = ring;
+	if (ring_init(&cap.ring, host, ring_size(ring)) < 0) {
 		capture_off("the ring's size is not one it can take");
 		return;
 	}

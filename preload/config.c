@@ -41,7 +41,6 @@
  * prefill step of 8192 tokens x top-8 ids and weights over 48 layers, a
  * consumer late by one such step on a loaded host. */
 #define RING_DEFAULT (64 * MiB)
-#define RING_MIN (64 * KiB)
 #define RING_MAX GiB
 #define KV_ORDINAL_MAX 65535
 #define KV_BLOCK_MIN (4 * KiB)
@@ -226,7 +225,7 @@ static int load_ring(struct moeft_config *c, const char *v, char *err, size_t er
 {
 	uint64_t size;
 
-	if (parse_bytes(v, &size) < 0 || size < RING_MIN || size > RING_MAX ||
+	if (parse_bytes(v, &size) < 0 || size < CONFIG_RING_MIN || size > RING_MAX ||
 	    (size & (size - 1)))
 		return bad(err, errlen, "MOEFT_RING", v, "must be a power of two from 64K to 1G "
 			   "(a byte count with an optional K, M or G suffix, binary: 1K = 1024)");

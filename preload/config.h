@@ -15,6 +15,7 @@
 
 #define CONFIG_KV_MAX 16         /* selectors in MOEFT_KV */
 #define CONFIG_KV_TEXT_MAX 1024  /* bytes of MOEFT_KV, NUL included */
+#define CONFIG_RING_MIN (UINT64_C(64) << 10) /* bytes of MOEFT_RING, at least */
 
 /* One MOEFT_KV selector: device allocations of exactly `size` bytes (only
  * the ordinal-th of them, 0-based, unless ordinal is -1) are KV pools made

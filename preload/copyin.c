@@ -273,52 +273,101 @@ static unsigned nthreads(size_t npieces)
 	return n ? n : 1;
 }
 
-int copyin_pools(const struct restore_plan *p, void *stream, void **done,
-		 struct copyin_stats *st, char *err, size_t errlen)
+/* Start j: moeft's copy stream, ordered after the work enqueued on
+ * stream so far.  The job fails when it cannot be. */
+static void job_open(struct job *j, void *stream, char *err, size_t errlen, void **ready)
 {
-	struct job j = { .lock = PTHREAD_MUTEX_INITIALIZER, .err = err, .errlen = errlen };
+	int r;
+
+	*j = (struct job){ .lock = PTHREAD_MUTEX_INITIALIZER, .err = err, .errlen = errlen };
+	j->context = shim_dev_current();
+	if ((r = shim_dev_stream(&j->stream)) || (r = shim_dev_event(ready)) ||
+	    (r = shim_dev_record(*ready, stream)) || (r = shim_dev_wait(j->stream, *ready)))
+		job_fail(j, "cannot order moeft's copy stream after the application's "
+			 "(CUresult %d)", r);
+}
+
+/* Work j's pieces off, then order stream after every copy (*done: an
+ * event of all of them, NULL when the job failed).  0, or -1. */
+static int job_close(struct job *j, void *stream, void *ready, void **done,
+		     struct copyin_stats *st)
+{
 	pthread_t tid[COPYIN_THREADS];
-	void *ready = NULL;
 	unsigned i, n;
 	int r;
 
-	memset(st, 0, sizeof *st);
 	*done = NULL;
-	j.context = shim_dev_current();
-	if ((r = shim_dev_stream(&j.stream)) || (r = shim_dev_event(&ready)) ||
-	    (r = shim_dev_record(ready, stream)) || (r = shim_dev_wait(j.stream, ready)))
-		job_fail(&j, "cannot order moeft's copy stream after the application's "
-			 "(CUresult %d)", r);
-	for (i = 0; i < p->npools && !atomic_load(&j.failed); i++)
-		if (!p->pools[i].host && same_image(&j, &p->pools[i]))
-			cut(&j, &p->pools[i], st);
-	if (!atomic_load(&j.failed) && j.npieces) {
+	if (!atomic_load(&j->failed) && j->npieces) {
 		/* The caller only waits: its waits for copies would count as
 		 * unsafe in another thread's global-mode capture, the workers'
 		 * do not (shim_dev_bind_thread). */
-		for (n = 0; n < nthreads(j.npieces); n++)
-			if (pthread_create(&tid[n], NULL, worker, &j) != 0)
+		for (n = 0; n < nthreads(j->npieces); n++)
+			if (pthread_create(&tid[n], NULL, worker, j) != 0)
 				break;
 		if (n == 0)
-			work(&j);	/* no thread to be had: the caller reads */
+			work(j);	/* no thread to be had: the caller reads */
 		for (i = 0; i < n; i++)
 			pthread_join(tid[i], NULL);
 		st->threads = n ? n : 1;
-		st->pageable = atomic_load(&j.pageable);
+		st->pageable = atomic_load(&j->pageable);
 	}
-	if (!atomic_load(&j.failed) &&
-	    ((r = shim_dev_event(done)) || (r = shim_dev_record(*done, j.stream)) ||
+	if (!atomic_load(&j->failed) &&
+	    ((r = shim_dev_event(done)) || (r = shim_dev_record(*done, j->stream)) ||
 	     (r = shim_dev_wait(stream, *done))))
-		job_fail(&j, "cannot order the application's stream after the copies "
+		job_fail(j, "cannot order the application's stream after the copies "
 			 "(CUresult %d)", r);
-	if (atomic_load(&j.failed) && *done) {
+	if (atomic_load(&j->failed) && *done) {
 		shim_dev_event_free(*done);
 		*done = NULL;
 	}
-	free(j.pieces);
+	free(j->pieces);
 	if (ready)
 		shim_dev_event_free(ready);
-	if (j.stream)
-		shim_dev_stream_free(j.stream);
-	return atomic_load(&j.failed) ? -1 : 0;
+	if (j->stream)
+		shim_dev_stream_free(j->stream);
+	return atomic_load(&j->failed) ? -1 : 0;
+}
+
+int copyin_pools(const struct restore_plan *p, void *stream, void **done,
+		 struct copyin_stats *st, char *err, size_t errlen)
+{
+	struct job j;
+	void *ready = NULL;
+
+	memset(st, 0, sizeof *st);
+	job_open(&j, stream, err, errlen, &ready);
+	for (unsigned i = 0; i < p->npools && !atomic_load(&j.failed); i++)
+		if (!p->pools[i].host && same_image(&j, &p->pools[i]))
+			cut(&j, &p->pools[i], st);
+	return job_close(&j, stream, ready, done, st);
+}
+
+int copyin_ranges(const struct restore_plan *p, const struct copyin_range *r, size_t n,
+		  void *stream, struct copyin_stats *st, char *err, size_t errlen)
+{
+	struct job j;
+	void *ready = NULL, *done;
+	uint64_t len;
+	int ret;
+
+	memset(st, 0, sizeof *st);
+	job_open(&j, stream, err, errlen, &ready);
+	for (size_t i = 0; i < n && !atomic_load(&j.failed); i++) {
+		const struct restore_pool *q = &p->pools[r[i].pool];
+
+		if (!same_image(&j, q))
+			break;
+		for (uint64_t at = 0; at < r[i].length; at += len) {
+			len = r[i].length - at < PIECE ? r[i].length - at : PIECE;
+			if (add_piece(&j, q->fd, r[i].offset + at, len, r[i].dev + at) < 0) {
+				job_fail(&j, "out of memory");
+				break;
+			}
+			st->data += len;
+		}
+	}
+	ret = job_close(&j, stream, ready, &done, st);
+	if (done)
+		shim_dev_event_free(done);	/* stream waits for it already */
+	return ret;
 }

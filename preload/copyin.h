@@ -41,4 +41,21 @@ struct copyin_stats {
 int copyin_pools(const struct restore_plan *p, void *stream, void **done,
 		 struct copyin_stats *st, char *err, size_t errlen);
 
+/* Bytes of a claimed device pool's image (the plan's pools[pool]) to copy
+ * to a device address. */
+struct copyin_range {
+	unsigned pool;
+	uint64_t offset, length, dev;
+};
+
+/*
+ * Copy each of the n ranges (inside their pools, whose images are open as
+ * copyin_pools found them) to its device address, as copyin_pools does:
+ * after the work enqueued on stream so far, before the work enqueued there
+ * after the return, which comes once every byte has been read and copied.
+ * Holes are read as the zeros they are.  0, or -1 with one line in err.
+ */
+int copyin_ranges(const struct restore_plan *p, const struct copyin_range *r, size_t n,
+		  void *stream, struct copyin_stats *st, char *err, size_t errlen);
+
 #endif

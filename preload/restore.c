@@ -90,17 +90,6 @@ int restore_plan_load(const char *path, struct restore_plan *p, char *err, size_
 	return 0;
 }
 
-void restore_close_images(struct restore_plan *p)
-{
-	unsigned i;
-
-	for (i = 0; i < p->npools; i++)
-		if (p->pools[i].fd >= 0 && !p->pools[i].host) {
-			close(p->pools[i].fd);
-			p->pools[i].fd = -1;
-		}
-}
-
 const struct restore_pool *restore_match(struct restore_plan *p, uint64_t fingerprint,
 					 uint64_t size, uint32_t ordinal, uint64_t base)
 {

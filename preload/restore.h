@@ -28,12 +28,10 @@
 /* Read and parse the plan at path, then open each pool's image (a regular
  * file of exactly the pool's size in the plan's directory, not a link): 0,
  * or -1 with one line in err naming the file, and p empty.  The
- * descriptors stay open for the copies (copyin.h). */
+ * descriptors stay open for the process's life: the copies (copyin.h),
+ * then the reads of host pools and the copies again of device KV
+ * (resume.h). */
 int restore_plan_load(const char *path, struct restore_plan *p, char *err, size_t errlen);
-
-/* Close the device pools' images once the copies are done (host pools'
- * stay open: they are read on demand). */
-void restore_close_images(struct restore_plan *p);
 
 /* A new allocation: claims the plan's first unclaimed pool of the same
  * identity.  Returns the pool, or NULL. */

@@ -300,7 +300,7 @@ static void copy_in(void *stream)
 	if (copyin_pools(&rm.plan, stream, &event, &st, err, sizeof err) < 0)
 		resume_refuse("copying the KV in failed: %s", err);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	restore_close_images(&rm.plan);
+	/* The images stay open: resume_device_copy reads them again. */
 	atomic_store_explicit(&rm.restored, event, memory_order_release);
 	atomic_store_explicit(&rm.watching, 0, memory_order_relaxed);
 	shim_watch_launches(0);
@@ -459,4 +459,65 @@ int resume_host_read(int pool, uint64_t offset, void *dst, uint64_t length)
 		done += (uint64_t)n;
 	}
 	return 0;
+}
+
+/* The claimed device pool holding [at, at + length) once the copies are
+ * in: its index, *off the offset in it; -ENODEV (none, or not yet),
+ * -EINVAL (an empty or wrapping range). */
+static int device_pool(uint64_t at, uint64_t length, uint64_t *off)
+{
+	if (!length || at + length < at)
+		return -EINVAL;
+	if (getpid() != rm.pid || !copies())
+		return -ENODEV;
+	for (unsigned i = 0; i < rm.plan.npools; i++) {
+		const struct restore_pool *q = &rm.plan.pools[i];
+
+		if (!q->host && q->base && at >= q->base && at - q->base <= q->size - length &&
+		    length <= q->size) {
+			*off = at - q->base;
+			return (int)i;
+		}
+	}
+	return -ENODEV;
+}
+
+int resume_device_restored(uint64_t at, uint64_t length)
+{
+	uint64_t off;
+	int r = device_pool(at, length, &off);
+
+	return r < 0 ? r : 1;
+}
+
+int resume_device_copy(const struct resume_device_range *r, size_t n, void *stream)
+{
+	struct copyin_range *c;
+	struct copyin_stats st;
+	char err[400];
+	uint64_t off;
+	int ret = 0, i;
+
+	if (!r || !n || n > SIZE_MAX / sizeof *c)
+		return -EINVAL;
+	if (!(c = malloc(n * sizeof *c)))
+		return -ENOMEM;
+	for (size_t k = 0; k < n && !ret; k++) {
+		if (!r[k].dst || r[k].dst + r[k].length < r[k].dst)
+			ret = -EINVAL;
+		else if ((i = device_pool(r[k].at, r[k].length, &off)) < 0)
+			ret = i;
+		else
+			c[k] = (struct copyin_range){ (unsigned)i, off, r[k].length, r[k].dst };
+	}
+	if (!ret) {
+		pthread_mutex_lock(&rm.lock);	/* the images' descriptors */
+		if (copyin_ranges(&rm.plan, c, n, stream, &st, err, sizeof err) < 0) {
+			msg_log(WAL_LOG_ERROR, "restore: copying restored KV failed: %s", err);
+			ret = -EIO;
+		}
+		pthread_mutex_unlock(&rm.lock);
+	}
+	free(c);
+	return ret;
 }

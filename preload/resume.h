@@ -107,6 +107,17 @@ int resume_host_read(int pool, uint64_t offset, void *dst, uint64_t length);
  * -EINVAL as resume_host_read. */
 int resume_host_intact(int pool, uint64_t offset, uint64_t length);
 
+/* Device KV the copies restored, copied again from its image to another
+ * device address (moeft_restored_device and moeft_restored_copy of
+ * include/moeft.h, their contracts there): an engine that gives a resumed
+ * request other blocks than it had moves its restored KV there.  The pools
+ * themselves are no source: the engine may have written them since. */
+struct resume_device_range {
+	uint64_t at, dst, length;
+};
+int resume_device_restored(uint64_t at, uint64_t length);
+int resume_device_copy(const struct resume_device_range *r, size_t n, void *stream);
+
 /* moeft_restored_prefix of include/moeft.h (its contract there). */
 long resume_prefix(const uint32_t *tokens, size_t n, unsigned group, uint32_t *blocks,
 		   size_t max, size_t *nblocks);

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-API_VERSION = 3
+API_VERSION = 4
 
 _c_u32_p = ctypes.POINTER(ctypes.c_uint32)
 
@@ -37,6 +37,16 @@ class _Request(ctypes.Structure):
         ("finished", ctypes.c_int),
         ("params", ctypes.c_char_p),
         ("params_len", ctypes.c_size_t),
+    ]
+
+
+class _RestoredRange(ctypes.Structure):
+    """struct moeft_restored_range."""
+
+    _fields_ = [
+        ("at", ctypes.c_void_p),
+        ("dst", ctypes.c_void_p),
+        ("length", ctypes.c_size_t),
     ]
 
 
@@ -86,6 +96,11 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
         [ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t],
     ),
     "moeft_restored_step": (ctypes.c_int, [ctypes.POINTER(ctypes.c_uint64)]),
+    "moeft_restored_device": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]),
+    "moeft_restored_copy": (
+        ctypes.c_int,
+        [ctypes.POINTER(_RestoredRange), ctypes.c_size_t, ctypes.c_void_p],
+    ),
     "moeft_commit_kv": (
         ctypes.c_int,
         [ctypes.c_uint64, ctypes.c_uint32, ctypes.POINTER(_KvRange), ctypes.c_size_t],
@@ -166,6 +181,14 @@ class Lib:
 
     def restored_read(self, pool: int, offset: int, dst: int, length: int) -> int:
         return int(self._f["moeft_restored_read"](pool, offset, dst, length))
+
+    def restored_device(self, at: int, length: int) -> int:
+        return int(self._f["moeft_restored_device"](at, length))
+
+    def restored_copy(self, ranges: Sequence[tuple[int, int, int]], stream: int) -> int:
+        """ranges: (at, dst, length) each, device addresses."""
+        arr = (_RestoredRange * max(len(ranges), 1))(*(_RestoredRange(*r) for r in ranges))
+        return int(self._f["moeft_restored_copy"](arr, len(ranges), stream))
 
     def commit_kv(self, first_step: int, steps: int,
                   ranges: Sequence[tuple[int, int, int]]) -> int:

@@ -11,7 +11,8 @@ tells vLLM how many leading tokens of a resubmitted request the restored
 state holds.  The worker's (Worker process) registers the CPU KV cache as
 a host pool, commits the blocks written during each of the scheduler's
 windows, and copies restored blocks into the blocks vLLM gives a resumed
-request.  What to log and restore is libmoeft's (include/moeft.h); this
+request; a device KV cache the preload records and restores itself, and
+the worker copies its restored blocks on the device (moeft_restored_copy).  What to log and restore is libmoeft's (include/moeft.h); this
 module only tells it.  A hook never raises: failures are logged once and
 vLLM serves on.
 """
@@ -162,7 +163,6 @@ class _Scheduler:
         self.block_size = (groups[0].kv_cache_spec.block_size if groups
                            else vllm_config.cache_config.block_size)
         self.ngroups = max(len(groups), 1)
-        self.cpu = vllm_config.device_config.device_type == "cpu"
         self.world_size = vllm_config.parallel_config.world_size
         self.window = lib.window() if lib else 0
         restored = lib.restored_step() if lib else None
@@ -300,11 +300,6 @@ class _Scheduler:
     def can_load(self) -> bool:
         if not (self.lib and self.restored):
             return False
-        if not self.cpu:
-            self.once("gpu", logging.WARNING,
-                      "restored KV is offered on the CPU backend only (GPU loads are not "
-                      "built yet: the preload restores GPU KV pools itself)")
-            return False
         if self.ngroups != 1:
             self.once("groups", logging.WARNING,
                       "restored KV is offered for one KV cache group only, this model has %d",
@@ -380,6 +375,35 @@ class _Layer:
     nblocks: int
 
 
+def _block_slabs(t: torch.Tensor, nblocks: int) -> list[tuple[int, int]] | None:
+    """Where tensor t's blocks lie: (address of block 0, bytes from one
+    block to the next) for each index of the dimensions before its block
+    dimension (the first of nblocks entries: FlashAttention's (2, blocks,
+    ...) has two, K's and V's), each block's bytes contiguous; None for
+    another layout."""
+    if not t.is_contiguous() or nblocks <= 0:
+        return None
+    dims = [d for d in range(t.dim()) if t.shape[d] == nblocks]
+    if not dims:
+        return None
+    d = dims[0]
+    lead = math.prod(t.shape[:d])
+    stride = t.stride(d) * t.element_size()
+    step = t.stride(d - 1) * t.element_size() if d else 0
+    return [(t.data_ptr() + i * step, stride) for i in range(lead)]
+
+
+def _current_stream(t: torch.Tensor) -> int:
+    """The CUDA stream vLLM runs its forward on, as a cudaStream_t."""
+    return int(torch.cuda.current_stream(t.device).cuda_stream)
+
+
+@dataclass
+class _DeviceSlab:
+    base: int  # address of block 0
+    stride: int  # bytes of a block
+
+
 class _Worker:
     """The worker side (Worker process)."""
 
@@ -390,7 +414,12 @@ class _Worker:
         groups = kv_cache_config.kv_cache_groups if kv_cache_config else []
         self.block_size = (groups[0].kv_cache_spec.block_size if groups
                            else vllm_config.cache_config.block_size)
+        self.nblocks = kv_cache_config.num_blocks if kv_cache_config else 0
         self.layers: list[_Layer] = []
+        # device KV (the preload records and restores it): where each
+        # layer's blocks lie, to copy restored ones into new blocks
+        self.slabs: list[_DeviceSlab] = []
+        self.device: torch.Tensor | None = None
         self.handshake: MoeftHandshake | None = None
         self.dirty: set[int] = set()
         self.seen: set[int] = set()  # attention metadata read this step
@@ -403,9 +432,7 @@ class _Worker:
         if not tensors:
             return
         if any(t.device.type != "cpu" for t in tensors):
-            self.once("gpu-kv", logging.INFO,
-                      "KV cache on %s: the preload captures device KV itself, this "
-                      "connector registers none", tensors[0].device)
+            self.register_device(tensors)
             return
         bad = [t for t in tensors if t.dim() < 2 or not t.is_contiguous()]
         if bad:
@@ -435,6 +462,29 @@ class _Worker:
                                      t.shape[0]))
         self.layers = layers
         self.handshake = self.check_restored()
+
+    def register_device(self, tensors: list[torch.Tensor]) -> None:
+        """Device KV: the preload records it from the kernels and restores
+        it in place; restored blocks are copied into the blocks vLLM gives
+        a resumed request (load)."""
+        assert self.lib is not None
+        slabs = []
+        for t in tensors:
+            found = _block_slabs(t, self.nblocks)
+            if found is None:
+                self.once("device-layout", logging.WARNING,
+                          "device KV cache of shape %s strides %s has no dimension of "
+                          "%d blocks, each contiguous; restored KV is not offered",
+                          tuple(t.shape), t.stride(), self.nblocks)
+                self.handshake = MoeftHandshake(restored=False)
+                return
+            slabs += [_DeviceSlab(base, stride) for base, stride in found]
+        restored = all(self.lib.restored_device(s.base, s.stride * self.nblocks) == 1
+                       for s in slabs)
+        self.slabs, self.device = slabs, tensors[0]
+        self.handshake = MoeftHandshake(restored=restored)
+        logger.info("moeft: device KV cache on %s: %d block slabs, %s", tensors[0].device,
+                    len(slabs), "restored" if restored else "not restored")
 
     def check_restored(self) -> MoeftHandshake:
         """Whether the pools hold restored bytes, and which old blocks are lost."""
@@ -474,6 +524,9 @@ class _Worker:
     def load(self, loads: Sequence[tuple[int, int]]) -> None:
         if not loads:
             return
+        if self.slabs:
+            self.load_device(loads)
+            return
         if not self.layers or self.lib is None:
             self.load_errors.update(new for _, new in loads)
             self.once("load-nothing", logging.ERROR,
@@ -493,6 +546,25 @@ class _Worker:
                             f"moeft_restored_read(old block {old})", rc,
                             "vLLM is told the block failed to load")
             self.dirty.add(new)
+
+    def load_device(self, loads: Sequence[tuple[int, int]]) -> None:
+        """Every loaded block's restored bytes into its new block, in one
+        call ordered on the forward's stream (so no layer waits apart)."""
+        assert self.lib is not None and self.device is not None
+        if any(not (0 <= b < self.nblocks) for pair in loads for b in pair):
+            self.load_errors.update(new for _, new in loads)
+            self.once("load-range", logging.ERROR,
+                      "asked to load blocks outside the KV cache's %d: %s; vLLM is told "
+                      "they failed to load", self.nblocks, list(loads))
+            return
+        ranges = [(s.base + old * s.stride, s.base + new * s.stride, s.stride)
+                  for old, new in loads for s in self.slabs]
+        rc = self.lib.restored_copy(ranges, _current_stream(self.device))
+        if rc < 0:
+            self.load_errors.update(new for _, new in loads)
+            _errno_line(self.once, "restored_copy",
+                        f"moeft_restored_copy({len(loads)} blocks)", rc,
+                        "vLLM is told the blocks failed to load")
 
     def read_block(self, old: int, new: int) -> int:
         assert self.lib is not None
@@ -524,7 +596,7 @@ class _Worker:
 
 
 class MoeftConnector(KVConnectorBase_V1):
-    """Logs the engine's requests and CPU KV with libmoeft and, in a server
+    """Logs the engine's requests (and KV on the CPU backend) with libmoeft and, in a server
     that `moeft restore` restarted, resumes resubmitted requests from the
     restored state.  Records nothing, and says why once, when libmoeft.so is
     not preloaded or not instrumenting this process."""

@@ -21,7 +21,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
 from vllm.v1.attention.backends.cpu_attn import CPUAttentionMetadata
 
 from moeft import _lib
-from moeft.vllm import MoeftConnector, MoeftHandshake, MoeftMeta
+import moeft.vllm
+from moeft.vllm import MoeftConnector, MoeftHandshake, MoeftMeta, _block_slabs
 from vllm_env import Engine, Shape, Worker
 
 BS = Shape().block_size
@@ -41,6 +42,10 @@ class FakeLib:
         self.prefixes: dict[tuple[int, ...], tuple[int, list[int]]] = {}
         self.damaged: set[tuple[int, int]] = set()  # (offset, length) answered 0
         self.intact_rc = 1  # the answer for other ranges
+        self.device_rc = 1
+        self.copy_rc = 0
+        self.copies: list[tuple[list[tuple[int, int, int]], int]] = []
+        self.images: list[tuple[int, bytes]] = []  # (base, restored bytes)
 
     def window(self) -> int:
         return self._window
@@ -70,6 +75,19 @@ class FakeLib:
     def commit_kv(self, first: int, steps: int, ranges: list[tuple[int, int, int]]) -> int:
         self.kv_commits.append((first, steps, list(ranges)))
         return 0
+
+    def restored_device(self, at: int, length: int) -> int:
+        return self.device_rc
+
+    def restored_copy(self, ranges: list[tuple[int, int, int]], stream: int) -> int:
+        """Copies from the images (self.images: the pools' bytes as restored)."""
+        self.copies.append((list(ranges), stream))
+        if self.copy_rc == 0:
+            for at, dst, length in ranges:
+                base, image = next((base, b) for base, b in self.images
+                                   if base <= at < base + len(b))
+                ctypes.memmove(dst, image[at - base:at - base + length], length)
+        return self.copy_rc
 
     def restored_prefix(self, tokens: Any, group: int) -> tuple[int, list[int]]:
         t = tuple(tokens)
@@ -377,3 +395,71 @@ def test_what_vllm_ships_pickles() -> None:
     assert issubclass(MoeftConnector, KVConnectorBase_V1)
     for x in (MoeftMeta(step=3, commit=(0, 4), loads=[(1, 2)]), MoeftHandshake(True, (5,))):
         assert pickle.loads(pickle.dumps(x)) == x
+
+
+# ---------------------------------------------------------------- device KV
+
+
+def test_block_slabs_of_vllm_layouts() -> None:
+    nb, bs, heads, dim = 8, 4, 2, 16
+    flash = torch.zeros(2, nb, bs, heads, dim)  # FlashAttention: K's blocks, then V's
+    block = bs * heads * dim * 4
+    assert _block_slabs(flash, nb) == [(flash.data_ptr(), block),
+                                       (flash.data_ptr() + nb * block, block)]
+    infer = torch.zeros(nb, 2, bs, heads, dim)  # FlashInfer: K and V inside a block
+    assert _block_slabs(infer, nb) == [(infer.data_ptr(), 2 * block)]
+    assert _block_slabs(flash.transpose(0, 1), nb) is None  # not contiguous
+    assert _block_slabs(flash, nb + 1) is None  # no dimension of the blocks
+
+
+def device_worker(tmp_path: Path, fake: FakeLib, monkeypatch: pytest.MonkeyPatch
+                  ) -> tuple[Any, torch.Tensor]:
+    """A worker connector handed a FlashAttention-shaped KV cache as if it
+    were on a GPU (CPU memory; the stream is 0)."""
+    shape = Shape()
+    monkeypatch.setattr(moeft.vllm, "_current_stream", lambda t: 0)
+    w = Worker(tmp_path / "model", shape)
+    kv = torch.zeros(2, shape.num_blocks, shape.block_size, shape.heads, shape.head_size)
+    w.connector._worker.register_device([kv])
+    return w.connector._worker, kv
+
+
+def test_device_loads_copy_restored_blocks(tmp_path: Path, fake: FakeLib,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    worker, kv = device_worker(tmp_path, fake, monkeypatch)
+    assert worker.handshake == MoeftHandshake(True, ())
+    for b in range(kv.shape[1]):
+        kv[:, b] = b + kv.new_tensor([[[[0.0]]], [[[0.5]]]])  # K: b, V: b + 0.5
+    fake.images = [(kv.data_ptr(), bytes(kv.numpy().tobytes()))]
+    kv.fill_(-1.0)  # the engine's new work, since the restore
+    worker.load([(3, 7), (5, 1)])
+    assert worker.load_errors == set()
+    ranges, stream = fake.copies[0]
+    assert stream == 0 and len(ranges) == 4  # two blocks in K's and V's slabs
+    for old, new in [(3, 7), (5, 1)]:
+        assert torch.equal(kv[0, new], torch.full_like(kv[0, new], old))
+        assert torch.equal(kv[1, new], torch.full_like(kv[1, new], old + 0.5))
+    assert torch.equal(kv[:, 0], torch.full_like(kv[:, 0], -1.0))  # untouched
+
+
+def test_device_load_failures(tmp_path: Path, fake: FakeLib, lines: Lines,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    fake.copy_rc = -errno.EIO
+    worker, _ = device_worker(tmp_path, fake, monkeypatch)
+    worker.load([(3, 7), (5, 1)])
+    assert worker.load_errors == {7, 1}
+    worker.load_errors.clear()
+    worker.load([(3, 999)])  # no such block: nothing copied
+    assert worker.load_errors == {999} and len(fake.copies) == 1
+    assert lines.at(logging.ERROR) == [
+        "moeft: moeft_restored_copy(2 blocks) failed: EIO (Input/output error); vLLM is told "
+        "the blocks failed to load (logged once)",
+        "moeft: asked to load blocks outside the KV cache's 32: [(3, 999)]; vLLM is told "
+        "they failed to load"]
+
+
+def test_device_not_restored(tmp_path: Path, fake: FakeLib,
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    fake.device_rc = -errno.ENODEV  # a fresh start
+    worker, _ = device_worker(tmp_path, fake, monkeypatch)
+    assert worker.handshake == MoeftHandshake(False, ())

@@ -3,7 +3,7 @@
 # the log, then the KV store, truncated to nothing mid-run (the process is
 # stopped, the file cut, the process continued); a log path pre-created
 # writable by others; the application's own SIGBUS; a capture ring too
-# small for the routing.
+# small for the routing, and one the driver pins less of.
 #
 # Usage: faults.sh LIBMOEFT SERVE SIGBUS
 # A cut file: the run ends with status 0 and the plain run's output, and
@@ -104,4 +104,13 @@ routing-gap \(a restore refuses it\); give MOEFT_RING more \(a power of two up t
 		[ ! -s "$dir/ring.err" ] || fail "default ring: stderr: $(cat "$dir/ring.err")"
 	fi
 done
-echo "capture faults.sh: log cut, KV store cut, hostile log, own SIGBUS, small ring: ok"
+# Pinned memory short (the fixture pins 3 MiB at most): a smaller ring,
+# one line, the run's output as without moeft.
+FIXTURE_PINNED_MAX=$((3 << 20)) MOEFT_WAL="$dir/short.wal" LD_PRELOAD="$lib" "$serve" $big \
+	>"$dir/ring.out" 2>"$dir/ring.err" || fail "short pinned memory: the run failed"
+cmp -s "$dir/big.want" "$dir/ring.out" || fail "short pinned memory: output differs"
+[ "$(cat "$dir/ring.err")" = "moeft: capture: the driver pinned no 67108864 bytes for the \
+ring (MOEFT_RING), 2097152 only: routing is dropped sooner when moeft's thread falls behind" ] ||
+	fail "short pinned memory: stderr: $(cat "$dir/ring.err")"
+echo "capture faults.sh: log cut, KV store cut, hostile log, own SIGBUS, small ring, short" \
+	"pinned memory: ok"
