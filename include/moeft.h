@@ -160,10 +160,13 @@ MOEFT_API int moeft_restored_device(const void *at, size_t length);
  * Copy n ranges of restored device KV to their dst, ordered on stream (a
  * cudaStream_t; NULL the legacy default stream): the work enqueued there
  * after the call sees the bytes, the work enqueued before cannot overwrite
- * them.  Returns once every byte has been read and copied.  0, or -ENODEV
- * or -EINVAL as moeft_restored_device (for any range; NULL ranges or dst,
- * n 0), -ENOMEM, -EIO (an image could not be read, a copy failed: one
- * line says which; serve nothing from these ranges).
+ * them.  Returns once every byte has been read and copied, so the calling
+ * thread also waits for the work enqueued on stream before the call.
+ * 0, or -ENODEV or -EINVAL as moeft_restored_device (for any range; NULL
+ * ranges or dst, n 0), -EBUSY (stream is being captured into a graph: the
+ * copies would join it instead of running), -ENOMEM, -EIO (an image could
+ * not be read, a copy failed: one line says which; serve nothing from
+ * these ranges).  Calls from several threads may run at once.
  */
 MOEFT_API int moeft_restored_copy(const struct moeft_restored_range *ranges, size_t n,
 				  void *stream);

@@ -2,8 +2,6 @@
  * api.c - include/moeft.h, the public C API, over the preload.
  */
 #include <errno.h>
-#include <stdint.h>
-#include <stdlib.h>
 
 #include "hostkv.h"
 #include "moeft.h"
@@ -73,27 +71,14 @@ int moeft_restored_device(const void *at, size_t length)
 {
 	if (!moeft_instrumenting())
 		return -ENODEV;
-	return resume_device_restored((uint64_t)(uintptr_t)at, length);
+	return resume_device_restored(at, length);
 }
 
 int moeft_restored_copy(const struct moeft_restored_range *ranges, size_t n, void *stream)
 {
-	struct resume_device_range *r;
-	int ret;
-
 	if (!moeft_instrumenting())
 		return -ENODEV;
-	if (!ranges || !n || n > SIZE_MAX / sizeof *r)
-		return -EINVAL;
-	if (!(r = malloc(n * sizeof *r)))
-		return -ENOMEM;
-	for (size_t i = 0; i < n; i++)
-		r[i] = (struct resume_device_range){ (uint64_t)(uintptr_t)ranges[i].at,
-						     (uint64_t)(uintptr_t)ranges[i].dst,
-						     ranges[i].length };
-	ret = resume_device_copy(r, n, stream);
-	free(r);
-	return ret;
+	return resume_device_copy(ranges, n, stream);
 }
 
 int moeft_restored_step(uint64_t *step)

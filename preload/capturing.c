@@ -344,8 +344,8 @@ static void capture_open(void)
 		return;
 	}
 	if (ring < cap.set.ring_bytes)
-		msg_log(WAL_LOG_WARN, "capture: the driver pinned no %" PRIu64 " bytes for the ring "
-			"(MOEFT_RING), %" PRIu64 " only: routing is dropped sooner when moeft's "
+		msg_log(WAL_LOG_WARN, "capture: could not pin %" PRIu64 " bytes for the ring "
+			"(MOEFT_RING); using %" PRIu64 ": routing is dropped sooner when moeft's "
 			"thread falls behind", cap.set.ring_bytes, ring);
 	cap.set.ring_bytes = ring;
 	if (ring_init(&cap.ring, host, ring_size(ring)) < 0) {

@@ -343,14 +343,14 @@ int copyin_pools(const struct restore_plan *p, void *stream, void **done,
 }
 
 int copyin_ranges(const struct restore_plan *p, const struct copyin_range *r, size_t n,
-		  void *stream, struct copyin_stats *st, char *err, size_t errlen)
+		  void *stream, char *err, size_t errlen)
 {
+	struct copyin_stats st = { 0 };
 	struct job j;
 	void *ready = NULL, *done;
 	uint64_t len;
 	int ret;
 
-	memset(st, 0, sizeof *st);
 	job_open(&j, stream, err, errlen, &ready);
 	for (size_t i = 0; i < n && !atomic_load(&j.failed); i++) {
 		const struct restore_pool *q = &p->pools[r[i].pool];
@@ -363,10 +363,9 @@ int copyin_ranges(const struct restore_plan *p, const struct copyin_range *r, si
 				job_fail(&j, "out of memory");
 				break;
 			}
-			st->data += len;
 		}
 	}
-	ret = job_close(&j, stream, ready, &done, st);
+	ret = job_close(&j, stream, ready, &done, &st);
 	if (done)
 		shim_dev_event_free(done);	/* stream waits for it already */
 	return ret;

@@ -52,10 +52,11 @@ struct copyin_range {
  * Copy each of the n ranges (inside their pools, whose images are open as
  * copyin_pools found them) to its device address, as copyin_pools does:
  * after the work enqueued on stream so far, before the work enqueued there
- * after the return, which comes once every byte has been read and copied.
- * Holes are read as the zeros they are.  0, or -1 with one line in err.
+ * after the return, which comes once every byte has been read and copied
+ * (so once that earlier work has ended).  Holes are read as the zeros they
+ * are.  0, or -1 with one line in err.
  */
 int copyin_ranges(const struct restore_plan *p, const struct copyin_range *r, size_t n,
-		  void *stream, struct copyin_stats *st, char *err, size_t errlen);
+		  void *stream, char *err, size_t errlen);
 
 #endif

@@ -25,6 +25,7 @@
 #include "plan.h"
 #include "reqindex.h"
 #include "restore.h"
+#include "moeft.h"
 #include "resume.h"
 #include "shim.h"
 #include "wal.h"
@@ -463,7 +464,8 @@ int resume_host_read(int pool, uint64_t offset, void *dst, uint64_t length)
 
 /* The claimed device pool holding [at, at + length) once the copies are
  * in: its index, *off the offset in it; -ENODEV (none, or not yet),
- * -EINVAL (an empty or wrapping range). */
+ * -EINVAL (an empty or wrapping range).  No lock: the plan's pools change
+ * no more once the copies are in (copies() orders their claims before). */
 static int device_pool(uint64_t at, uint64_t length, uint64_t *off)
 {
 	if (!length || at + length < at)
@@ -473,8 +475,8 @@ static int device_pool(uint64_t at, uint64_t length, uint64_t *off)
 	for (unsigned i = 0; i < rm.plan.npools; i++) {
 		const struct restore_pool *q = &rm.plan.pools[i];
 
-		if (!q->host && q->base && at >= q->base && at - q->base <= q->size - length &&
-		    length <= q->size) {
+		if (!q->host && q->base && length <= q->size && at >= q->base &&
+		    at - q->base <= q->size - length) {
 			*off = at - q->base;
 			return (int)i;
 		}
@@ -482,41 +484,40 @@ static int device_pool(uint64_t at, uint64_t length, uint64_t *off)
 	return -ENODEV;
 }
 
-int resume_device_restored(uint64_t at, uint64_t length)
+int resume_device_restored(const void *at, size_t length)
 {
 	uint64_t off;
-	int r = device_pool(at, length, &off);
+	int r = device_pool((uint64_t)(uintptr_t)at, length, &off);
 
 	return r < 0 ? r : 1;
 }
 
-int resume_device_copy(const struct resume_device_range *r, size_t n, void *stream)
+int resume_device_copy(const struct moeft_restored_range *r, size_t n, void *stream)
 {
 	struct copyin_range *c;
-	struct copyin_stats st;
 	char err[400];
-	uint64_t off;
+	uint64_t off, dst;
 	int ret = 0, i;
 
 	if (!r || !n || n > SIZE_MAX / sizeof *c)
 		return -EINVAL;
+	if (shim_dev_capturing(stream) != 0)
+		return -EBUSY;	/* its copies would join the graph, not run */
 	if (!(c = malloc(n * sizeof *c)))
 		return -ENOMEM;
 	for (size_t k = 0; k < n && !ret; k++) {
-		if (!r[k].dst || r[k].dst + r[k].length < r[k].dst)
+		dst = (uint64_t)(uintptr_t)r[k].dst;
+		if (!dst || dst + r[k].length < dst)
 			ret = -EINVAL;
-		else if ((i = device_pool(r[k].at, r[k].length, &off)) < 0)
+		else if ((i = device_pool((uint64_t)(uintptr_t)r[k].at, r[k].length, &off)) < 0)
 			ret = i;
 		else
-			c[k] = (struct copyin_range){ (unsigned)i, off, r[k].length, r[k].dst };
+			c[k] = (struct copyin_range){ (unsigned)i, off, r[k].length, dst };
 	}
-	if (!ret) {
-		pthread_mutex_lock(&rm.lock);	/* the images' descriptors */
-		if (copyin_ranges(&rm.plan, c, n, stream, &st, err, sizeof err) < 0) {
-			msg_log(WAL_LOG_ERROR, "restore: copying restored KV failed: %s", err);
-			ret = -EIO;
-		}
-		pthread_mutex_unlock(&rm.lock);
+	/* No lock either: each call reads with pread into a job of its own. */
+	if (!ret && copyin_ranges(&rm.plan, c, n, stream, err, sizeof err) < 0) {
+		msg_log(WAL_LOG_ERROR, "restore: copying restored KV failed: %s", err);
+		ret = -EIO;
 	}
 	free(c);
 	return ret;

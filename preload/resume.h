@@ -112,11 +112,9 @@ int resume_host_intact(int pool, uint64_t offset, uint64_t length);
  * include/moeft.h, their contracts there): an engine that gives a resumed
  * request other blocks than it had moves its restored KV there.  The pools
  * themselves are no source: the engine may have written them since. */
-struct resume_device_range {
-	uint64_t at, dst, length;
-};
-int resume_device_restored(uint64_t at, uint64_t length);
-int resume_device_copy(const struct resume_device_range *r, size_t n, void *stream);
+struct moeft_restored_range;
+int resume_device_restored(const void *at, size_t length);
+int resume_device_copy(const struct moeft_restored_range *r, size_t n, void *stream);
 
 /* moeft_restored_prefix of include/moeft.h (its contract there). */
 long resume_prefix(const uint32_t *tokens, size_t n, unsigned group, uint32_t *blocks,

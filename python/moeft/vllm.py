@@ -377,20 +377,18 @@ class _Layer:
 
 def _block_slabs(t: torch.Tensor, nblocks: int) -> list[tuple[int, int]] | None:
     """Where tensor t's blocks lie: (address of block 0, bytes from one
-    block to the next) for each index of the dimensions before its block
-    dimension (the first of nblocks entries: FlashAttention's (2, blocks,
-    ...) has two, K's and V's), each block's bytes contiguous; None for
-    another layout."""
-    if not t.is_contiguous() or nblocks <= 0:
+    block to the next) for K's and V's blocks of FlashAttention's (2,
+    blocks, ...), or for the blocks of FlashInfer's (blocks, 2, ...), each
+    block's bytes contiguous; None for another layout, or one that could
+    be either (2 blocks)."""
+    if not t.is_contiguous() or nblocks <= 2 or t.dim() < 2:
         return None
-    dims = [d for d in range(t.dim()) if t.shape[d] == nblocks]
-    if not dims:
-        return None
-    d = dims[0]
-    lead = math.prod(t.shape[:d])
-    stride = t.stride(d) * t.element_size()
-    step = t.stride(d - 1) * t.element_size() if d else 0
-    return [(t.data_ptr() + i * step, stride) for i in range(lead)]
+    size = t.element_size()
+    if t.shape[0] == 2 and t.shape[1] == nblocks:
+        return [(t.data_ptr() + k * t.stride(0) * size, t.stride(1) * size) for k in (0, 1)]
+    if t.shape[0] == nblocks:
+        return [(t.data_ptr(), t.stride(0) * size)]
+    return None
 
 
 def _current_stream(t: torch.Tensor) -> int:

@@ -410,6 +410,8 @@ def test_block_slabs_of_vllm_layouts() -> None:
     assert _block_slabs(infer, nb) == [(infer.data_ptr(), 2 * block)]
     assert _block_slabs(flash.transpose(0, 1), nb) is None  # not contiguous
     assert _block_slabs(flash, nb + 1) is None  # no dimension of the blocks
+    assert _block_slabs(torch.zeros(2, 2, bs, heads, dim), 2) is None  # either layout
+    assert _block_slabs(torch.zeros(4, heads, nb, dim), nb) is None  # blocks not first
 
 
 def device_worker(tmp_path: Path, fake: FakeLib, monkeypatch: pytest.MonkeyPatch

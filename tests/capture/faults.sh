@@ -109,8 +109,8 @@ done
 FIXTURE_PINNED_MAX=$((3 << 20)) MOEFT_WAL="$dir/short.wal" LD_PRELOAD="$lib" "$serve" $big \
 	>"$dir/ring.out" 2>"$dir/ring.err" || fail "short pinned memory: the run failed"
 cmp -s "$dir/big.want" "$dir/ring.out" || fail "short pinned memory: output differs"
-[ "$(cat "$dir/ring.err")" = "moeft: capture: the driver pinned no 67108864 bytes for the \
-ring (MOEFT_RING), 2097152 only: routing is dropped sooner when moeft's thread falls behind" ] ||
+[ "$(cat "$dir/ring.err")" = "moeft: capture: could not pin 67108864 bytes for the ring \
+(MOEFT_RING); using 2097152: routing is dropped sooner when moeft's thread falls behind" ] ||
 	fail "short pinned memory: stderr: $(cat "$dir/ring.err")"
 echo "capture faults.sh: log cut, KV store cut, hostile log, own SIGBUS, small ring, short" \
 	"pinned memory: ok"

@@ -18,7 +18,11 @@
  *   - every block is overwritten with 0xee (the engine's new work), and
  *     moeft_restored_copy of blocks 0..R-1 into block BLOCKS-1-b and into a
  *     scratch buffer gives pattern(b) (the image, not the pool, is read);
- *   - a range past the pool's end is -ENODEV, n 0 is -EINVAL.
+ *   - a copy of the whole pool (two pieces) after a fill of its destination
+ *     enqueued on the same stream gives the restored pool;
+ *   - a range past the pool's end or longer than the pool is -ENODEV, a
+ *     NULL dst or n 0 -EINVAL, a stream being captured -EBUSY.
+ * Before its crash, write finds both calls -ENODEV (no restore).
  * Prints "devcopy: R blocks restored, copied and checked" and exits 0.
  *
  * Usage: devcopy write STEPS | devcopy check   (under LD_PRELOAD=libmoeft.so,
@@ -37,7 +41,7 @@
 #include "fixture.h"
 #include "moeft.h"
 
-#define BLOCK 8192u
+#define BLOCK (256u << 10)	/* 64 of them: a copy of the pool is 2 pieces of copyin.c */
 #define BLOCKS 64u
 #define POOL (BLOCK * BLOCKS)
 
@@ -122,8 +126,29 @@ static uint8_t *make_pool(cudaStream_t s)
 	return p;
 }
 
+/* libmoeft's two calls, looked up as an adapter would. */
+static void api(int (**device)(const void *, size_t),
+		int (**copy)(const struct moeft_restored_range *, size_t, void *))
+{
+	void *sym[2] = { dlsym(RTLD_DEFAULT, "moeft_restored_device"),
+			 dlsym(RTLD_DEFAULT, "moeft_restored_copy") };
+
+	if (!sym[0] || !sym[1])
+		fail("libmoeft's moeft_restored_device or _copy not found");
+	memcpy(device, &sym[0], sizeof sym[0]);
+	memcpy(copy, &sym[1], sizeof sym[1]);
+}
+
 static void write_run(cudaStream_t s, unsigned steps, uint8_t *pool, long *slot)
 {
+	int (*device)(const void *, size_t);
+	int (*copy)(const struct moeft_restored_range *, size_t, void *);
+	struct moeft_restored_range r = { pool, pool + BLOCK, BLOCK };
+	int rc;
+
+	api(&device, &copy);
+	if ((rc = device(pool, BLOCK)) != -ENODEV || (rc = copy(&r, 1, s)) != -ENODEV)
+		fail("outside a restore: %d, want -ENODEV", rc);
 	int layer = 0;
 	unsigned block = BLOCK;
 	void *step_args[] = { &layer };
@@ -168,8 +193,6 @@ static void expect_block(const uint8_t *h, unsigned b, int want, const char *wha
 
 static void check_run(cudaStream_t s, uint8_t *pool)
 {
-	void *sym[2] = { dlsym(RTLD_DEFAULT, "moeft_restored_device"),
-			 dlsym(RTLD_DEFAULT, "moeft_restored_copy") };
 	int (*device)(const void *, size_t);
 	int (*copy)(const struct moeft_restored_range *, size_t, void *);
 	struct moeft_restored_range r[2 * BLOCKS];
@@ -178,16 +201,13 @@ static void check_run(cudaStream_t s, uint8_t *pool)
 	uint8_t *scratch;
 	int rc;
 
-	if (!sym[0] || !sym[1])
-		fail("libmoeft's moeft_restored_device or _copy not found");
-	memcpy(&device, &sym[0], sizeof sym[0]);
-	memcpy(&copy, &sym[1], sizeof sym[1]);
+	api(&device, &copy);
 	if (rs == 0 || rs >= BLOCKS / 2)
 		fail("resume step %u, want 1 to %u", rs, BLOCKS / 2 - 1);
 	check_cuda(cudaMemcpy(host, pool, POOL, cudaMemcpyDeviceToHost), "read the pool");
 	for (b = 0; b < BLOCKS; b++)
 		expect_block(host + (size_t)b * BLOCK, b, b < rs, "restored in place");
-	check_cuda(cudaMalloc((void **)&scratch, (size_t)rs * BLOCK), "cudaMalloc scratch");
+	check_cuda(cudaMalloc((void **)&scratch, POOL), "cudaMalloc scratch");
 	if ((rc = device(pool, POOL)) != 1 || (rc = device(pool + BLOCK, BLOCK)) != 1)
 		fail("moeft_restored_device(the pool) is %d, want 1", rc);
 	if ((rc = device(scratch, BLOCK)) != -ENODEV)
@@ -219,11 +239,45 @@ static void check_run(cudaStream_t s, uint8_t *pool)
 	for (b = 0; b < rs; b++)
 		expect_block(host + (size_t)b * BLOCK, b, 1, "copied into scratch");
 
+	/* The whole pool, in two pieces, after a fill of scratch enqueued
+	 * before it on the same stream. */
+	int x77 = 0x77;
+	uint64_t pool_bytes = POOL;
+	void *fill[] = { &scratch, &pool_bytes, &x77 };
+
+	launch(dc_fill, fill, s, "dc_fill 0x77");
+	r[0] = (struct moeft_restored_range){ pool, scratch, POOL };
+	if ((rc = copy(r, 1, s)) != 0)
+		fail("moeft_restored_copy of the pool: %d", rc);
+	check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+	check_cuda(cudaMemcpy(host, scratch, POOL, cudaMemcpyDeviceToHost), "read scratch");
+	for (b = 0; b < BLOCKS; b++)
+		expect_block(host + (size_t)b * BLOCK, b, b < rs, "the pool copied whole");
+
 	r[0] = (struct moeft_restored_range){ pool + POOL - BLOCK, scratch, 2 * BLOCK };
 	if ((rc = copy(r, 1, s)) != -ENODEV)
 		fail("a range past the pool: %d, want -ENODEV", rc);
+	r[0] = (struct moeft_restored_range){ pool, scratch, POOL + BLOCK };
+	if ((rc = copy(r, 1, s)) != -ENODEV)
+		fail("a range longer than the pool: %d, want -ENODEV", rc);
+	r[0] = (struct moeft_restored_range){ pool, NULL, BLOCK };
+	if ((rc = copy(r, 1, s)) != -EINVAL)
+		fail("dst NULL: %d, want -EINVAL", rc);
 	if ((rc = copy(r, 0, s)) != -EINVAL)
 		fail("n 0: %d, want -EINVAL", rc);
+
+	/* A stream being captured into a graph: refused, nothing captured. */
+	cudaStream_t cs;
+	cudaGraph_t g;
+
+	check_cuda(cudaStreamCreate(&cs), "cudaStreamCreate");
+	check_cuda(cudaStreamBeginCapture(cs, cudaStreamCaptureModeRelaxed), "begin capture");
+	r[0] = (struct moeft_restored_range){ pool, scratch, BLOCK };
+	rc = copy(r, 1, cs);
+	check_cuda(cudaStreamEndCapture(cs, &g), "end capture");
+	if (rc != -EBUSY)
+		fail("a capturing stream: %d, want -EBUSY", rc);
+	check_cuda(cudaGraphDestroy(g), "cudaGraphDestroy");
 	printf("devcopy: %u blocks restored, copied and checked\n", rs);
 }
 
