@@ -201,8 +201,9 @@ static unsigned cubin_sm(const uint8_t *h)
 }
 
 /* Every section of the ELF in s, by name, to fn.  cuda: s must be a
- * cubin, else a host ELF. */
-static int elf_sections(struct walk *w, const struct src *s, int cuda, section_fn fn)
+ * cubin (*sm its architecture), else a host ELF. */
+static int elf_sections(struct walk *w, const struct src *s, int cuda, section_fn fn,
+			unsigned *sm_out)
 {
 	uint8_t *own_h = NULL, *own_sh = NULL, *own_n = NULL;
 	const uint8_t *h, *sh, *names;
@@ -223,7 +224,11 @@ static int elf_sections(struct walk *w, const struct src *s, int cuda, section_f
 			   EM_CUDA_ELF);
 		goto out;
 	}
-	sm = cubin_sm(h);
+	if (cuda && (sm = cubin_sm(h)) < 10) {
+		ret = fail(w, "a cubin for sm_%u: not an architecture (its header is damaged)", sm);
+		goto out;
+	}
+	sm = cuda ? sm : 0;
 	shoff = get64(h + 40);
 	shnum = get16(h + 60);
 	strndx = get16(h + 62);
@@ -234,10 +239,21 @@ static int elf_sections(struct walk *w, const struct src *s, int cuda, section_f
 	}
 	if (!(sh = view(w, s, shoff, (uint64_t)shnum * sizeof hdr, &own_sh, "the section headers")))
 		goto out;
+	memcpy(&hdr, sh, sizeof hdr);
+	if (hdr.sh_type != SHT_NULL) {
+		ret = fail(w, "section 0 is of type %u, not SHT_NULL: no section table", hdr.sh_type);
+		goto out;
+	}
 	memcpy(&hdr, sh + (size_t)strndx * sizeof hdr, sizeof hdr);
 	nlen = hdr.sh_size;
 	if (!(names = view(w, s, hdr.sh_offset, nlen, &own_n, "the section names")))
 		goto out;
+	if (hdr.sh_type != SHT_STRTAB || !nlen || names[0]) {
+		ret = fail(w, "section %u, the section names, is no string table", strndx);
+		goto out;
+	}
+	if (sm_out)
+		*sm_out = sm;
 	ret = 0;
 	for (unsigned i = 1; i < shnum && !ret; i++) {
 		const char *name;
@@ -286,14 +302,12 @@ static void add_sm(struct devcode_file *f, unsigned sm)
 
 static int cubin_walk(struct walk *w, const struct src *s)
 {
-	uint8_t *own;
-	const uint8_t *h;
-	int ret = elf_sections(w, s, 1, cubin_section);
+	unsigned sm;
+	int ret = elf_sections(w, s, 1, cubin_section, &sm);
 
-	if (ret || !(h = view(w, s, 0, sizeof(Elf64_Ehdr), &own, "the ELF header")))
-		return ret ? ret : -1;
-	add_sm(w->f, cubin_sm(h));
-	free(own);
+	if (ret)
+		return ret;
+	add_sm(w->f, sm);
 	w->f->cubins++;
 	return 0;
 }
@@ -308,19 +322,22 @@ static int (*lz4_decompress)(const char *, char *, int, int);
 static int load(struct walk *w, const char *soname, const char *a, void **fa, const char *b,
 		void **fb)
 {
-	void *lib;
+	void *lib, *pa, *pb = NULL;
 
 	if (*fa)
 		return 0;
 	if (!(lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL)))
 		return fail(w, "a compressed cubin needs %s: %s", soname, dlerror());
-	*fa = dlsym(lib, a);
+	pa = dlsym(lib, a);
 	if (b)
-		*fb = dlsym(lib, b);
-	if (!*fa || (b && !*fb)) {
-		*fa = NULL;
-		return fail(w, "%s has no %s", soname, *fa ? b : a);
+		pb = dlsym(lib, b);
+	if (!pa || (b && !pb)) {
+		dlclose(lib);
+		return fail(w, "%s has no %s", soname, pa ? b : a);
 	}
+	*fa = pa;	/* the library stays loaded for the process */
+	if (b)
+		*fb = pb;
 	return 0;
 }
 
@@ -331,7 +348,8 @@ static int inflate(struct walk *w, const uint8_t *e, const uint8_t *payload, uin
 	uint64_t flags = get64(e + 40), full = get64(e + 56), clen = get32(e + 16);
 
 	if (!clen || clen > plen)
-		clen = plen;
+		return fail(w, "a compressed cubin of %" PRIu64 " bytes in a payload of %" PRIu64,
+			    clen, plen);
 	if (!full || full > DEVCODE_CUBIN_MAX)
 		return fail(w, "a compressed cubin of %" PRIu64 " bytes inflated (at most %u)", full,
 			    DEVCODE_CUBIN_MAX);
@@ -360,14 +378,14 @@ static int inflate(struct walk *w, const uint8_t *e, const uint8_t *payload, uin
 bad:
 	free(*out);
 	*out = NULL;
-	return fail(w, "a %s-compressed cubin does not inflate to its %" PRIu64 " bytes",
-		    flags & FLAG_ZSTD ? "zstd" : "LZ4", full);
+	return fail(w, "%s-compressed cubin does not inflate to its %" PRIu64 " bytes",
+		    flags & FLAG_ZSTD ? "a zstd" : "an LZ4", full);
 }
 
 /* Prefix w->why with where it happened: -1. */
 static int within(struct walk *w, const char *where)
 {
-	char inner[300];
+	char inner[400];
 
 	snprintf(inner, sizeof inner, "%s", w->why);
 	return fail(w, "%s: %s", where, inner);
@@ -402,7 +420,11 @@ static int container(struct walk *w, const uint8_t *b, uint64_t n)
 
 		if (n - p < ENTRY_HEADER || (hlen = get32(e + 4)) < ENTRY_HEADER || hlen > n - p ||
 		    (plen = get64(e + 8)) > n - p - hlen)
-			return fail(w, "an entry at byte %" PRIu64 " passes the container's end", p);
+			return fail(w, "an entry at byte %" PRIu64 " passes the container's end (%" PRIu64
+				    " bytes)", p, n);
+		if (get16(e) != ENTRY_PTX && get16(e) != ENTRY_CUBIN)
+			return fail(w, "an entry of kind %u at byte %" PRIu64 ", neither PTX (%d) nor "
+				    "a cubin (%d)", get16(e), p, ENTRY_PTX, ENTRY_CUBIN);
 		w->f->ptx += get16(e) == ENTRY_PTX;
 		ret = get16(e) == ENTRY_CUBIN ? cubin_entry(w, e, hlen, plen) : 0;
 		if (ret < 0) {
@@ -419,37 +441,37 @@ static int container(struct walk *w, const uint8_t *b, uint64_t n)
 	return 0;
 }
 
-/* The containers in [off, off + n) of s, zero padding between them. */
+/* The containers in [off, off + n) of s, each 8-byte aligned (a word of
+ * zeros at most between two), at least one entry in all. */
 static int fatbin_walk(struct walk *w, const struct src *s, uint64_t off, uint64_t n)
 {
-	uint64_t p = 0;
+	uint64_t p = 0, entries = w->f->cubins + w->f->ptx;
 
 	if (!inside(s, off, n))
 		return fail(w, "the fatbin at offset %" PRIu64 " (%" PRIu64 " bytes) passes the "
 			    "end of the file", off, n);
 	while (p < n) {
-		uint8_t head[FATBIN_HEADER], *own;
+		uint8_t head[FATBIN_HEADER + 8], *own;
 		const uint8_t *h, *body;
-		uint64_t blen;
+		uint64_t blen, have = n - p < sizeof head ? n - p : sizeof head;
 		int ret;
 
-		if (!(h = view(w, s, off + p, n - p < FATBIN_HEADER ? n - p : FATBIN_HEADER, &own,
-			       "a fatbin container")))
+		if (!(h = view(w, s, off + p, have, &own, "a fatbin container")))
 			return -1;
-		memcpy(head, h, n - p < FATBIN_HEADER ? n - p : FATBIN_HEADER);
+		memcpy(head, h, have);
 		free(own);
-		if (n - p >= 8 && !get64(head)) {
-			p += 8;		/* padding to the next container */
-			continue;
+		if (p && have >= 8 && !get64(head)) {
+			p += 8;		/* the padding after a container */
+			memmove(head, head + 8, have -= 8);
 		}
-		if (n - p < FATBIN_HEADER || get32(head) != FATBIN_MAGIC ||
+		if (have < FATBIN_HEADER || get32(head) != FATBIN_MAGIC ||
 		    get16(head + 6) < FATBIN_HEADER || get16(head + 6) > n - p)
 			return fail(w, "no fatbin container at byte %" PRIu64 " of %" PRIu64, p, n);
 		blen = get64(head + 8);
 		p += get16(head + 6);
 		if (blen > n - p)
-			return fail(w, "a fatbin container of %" PRIu64 " bytes passes its end (%" PRIu64
-				    " bytes left)", blen, n - p);
+			return fail(w, "the fatbin container at byte %" PRIu64 " has %" PRIu64 " bytes, "
+				    "%" PRIu64 " are left", p - get16(head + 6), blen, n - p);
 		if (!(body = view(w, s, off + p, blen, &own, "a fatbin container")))
 			return -1;
 		ret = container(w, body, blen);
@@ -465,6 +487,9 @@ static int fatbin_walk(struct walk *w, const struct src *s, uint64_t off, uint64
 			return ret;
 		p += blen;
 	}
+	if (w->f->cubins + w->f->ptx == entries)
+		return fail(w, "a fatbin of %" PRIu64 " bytes at offset %" PRIu64 " with no cubin "
+			    "and no PTX", n, off);
 	return 0;
 }
 
@@ -514,7 +539,7 @@ int devcode_read(int fd, devcode_each each, void *arg, struct devcode_file *f, c
 		ret = cubin_walk(w, &s);
 	} else {
 		f->kind = DEVCODE_HOST_ELF;
-		ret = elf_sections(w, &s, 0, host_section);
+		ret = elf_sections(w, &s, 0, host_section, NULL);
 	}
 out:
 	free(w);

@@ -9,7 +9,9 @@
  * fatbin headers against the file's size, each parameter table for
  * ordinals 0..n-1 with rising offsets inside CUDA's parameter space.
  * Compressed cubins are inflated with the system's libzstd.so.1 or
- * liblz4.so.1, loaded when first needed.
+ * liblz4.so.1, loaded when first needed.  A fatbin carries no checksum:
+ * damage that still inflates to the right size, or leaves a table
+ * well-formed, reads as other kernels.
  */
 #ifndef MOEFT_DEVCODE_H
 #define MOEFT_DEVCODE_H

@@ -394,6 +394,8 @@ out:
 
 /* ---- kernels from device code -------------------------------------------------- */
 
+_Static_assert(DEVCODE_MAX_PARAMS == CORPUS_MAX_PARAMS, "a binary's table fits a corpus line's");
+
 /* A kernel's table in one cubin of a binary. */
 struct table {
 	char *name;
@@ -504,7 +506,8 @@ static int read_binary(struct check *c, struct file_check *fc, int fd)
 	if (r < 0) {
 		ret = cli_fail(c->cmd, c->json, EXIT_USAGE, "%s: %s", fc->path, why);
 	} else {
-		qsort(t.v, t.n, sizeof *t.v, table_order);
+		if (t.n)
+			qsort(t.v, t.n, sizeof *t.v, table_order);
 		if (r || check_tables(c, fc, &t) < 0)
 			ret = cli_fail(c->cmd, c->json, EXIT_USAGE, "out of memory");
 	}

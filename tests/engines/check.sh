@@ -211,9 +211,9 @@ PY
 	head -c 3000 "$lib" >"$dir/cut.so"
 	head -c 40 "$cubin" >"$dir/cut.cubin"
 	printf '\177ELF' >"$dir/magic"
-	python3 - "$dir" "$lib" "$lz4" "$cubin" <<'PY' || fail "(above)"
+	python3 - "$dir" "$lib" "$lz4" "$cubin" "$fatbin" <<'PY' || fail "(above)"
 import struct, sys
-d, lib, lz4, cubin = sys.argv[1:]
+d, lib, lz4, cubin, fatbin_file = sys.argv[1:]
 
 def sections(b):
     shoff, = struct.unpack_from("<Q", b, 0x28)
@@ -251,6 +251,14 @@ for name, off, size, at in sections(b):
         open(f"{d}/ctl.cubin", "wb").write(b)
         print(name[len(".nv.info."):], first, file=open(f"{d}/twice.kernel", "w"))
         break
+b = bytearray(open(fatbin_file, "rb").read())
+b[16] = 3                                   # the first entry's kind
+open(f"{d}/kind.fatbin", "wb").write(b)
+open(f"{d}/empty.fatbin", "wb").write(bytes(b[:6]) + struct.pack("<HQ", 16, 0))
+b = bytearray(open(cubin, "rb").read())
+shoff, = struct.unpack_from("<Q", b, 0x28)
+struct.pack_into("<Q", b, 0x28, shoff + 64)  # section 1 read as section 0
+open(f"{d}/shoff.cubin", "wb").write(b)
 PY
 	read -r twice_kernel twice_ord <"$dir/twice.kernel"
 	cut_size=$(stat -c %s "$lib")
@@ -266,7 +274,7 @@ end (40 bytes)" "$dir/cut.cubin"
 		"$dir/err" || fail "magic.so: $(cat "$dir/err")"
 	"$moeft" profile check "$dir/lz4.so" >/dev/null 2>"$dir/err"
 	[ $? = 2 ] && grep -qE "^moeft profile: $dir/lz4.so: the fatbin container at offset [0-9]+: \
-its sm_80 cubin at byte 0: a LZ4-compressed cubin does not inflate to its [0-9]+ bytes$" \
+its sm_80 cubin at byte 0: an LZ4-compressed cubin does not inflate to its [0-9]+ bytes$" \
 		"$dir/err" || fail "lz4.so: $(cat "$dir/err")"
 	expect 2 "moeft profile: $dir/twice.cubin: $twice_kernel: parameter ordinal $twice_ord is \
 given twice" "$dir/twice.cubin"
@@ -275,7 +283,15 @@ given twice" "$dir/twice.cubin"
 	# an ELF without device code: said, not refused
 	"$moeft" profile check "$moeft" >"$dir/report" 2>"$dir/err" || fail "$moeft: exit $?"
 	[ "$(head -n 1 "$dir/report")" = "$moeft: ELF, no device code (no .nv_fatbin section), \
-0 kernels" ] || fail "$moeft: $(cat "$dir/report")"
+0 kernels" ] && [ ! -s "$dir/err" ] || fail "$moeft: $(cat "$dir/report" "$dir/err")"
+	# an entry of a kind that is neither PTX nor a cubin, a fatbin of
+	# nothing, a cubin's section table moved: refused
+	expect 2 "moeft profile: $dir/kind.fatbin: the fatbin container at offset 0: an entry \
+of kind 3 at byte 0, neither PTX (1) nor a cubin (2)" "$dir/kind.fatbin"
+	expect 2 "moeft profile: $dir/empty.fatbin: a fatbin of 16 bytes at offset 0 with no \
+cubin and no PTX" "$dir/empty.fatbin"
+	expect 2 "moeft profile: $dir/shoff.cubin: section 0 is of type 3, not SHT_NULL: no \
+section table" "$dir/shoff.cubin"
 	[ "$cut_size" -gt 3000 ] || fail "$lib: $cut_size bytes, too small to cut"
 	;;
 *)
