@@ -11,10 +11,11 @@ tells vLLM how many leading tokens of a resubmitted request the restored
 state holds.  The worker's (Worker process) registers the CPU KV cache as
 a host pool, commits the blocks written during each of the scheduler's
 windows, and copies restored blocks into the blocks vLLM gives a resumed
-request; a device KV cache the preload records and restores itself, and
-the worker copies its restored blocks on the device (moeft_restored_copy).  What to log and restore is libmoeft's (include/moeft.h); this
-module only tells it.  A hook never raises: failures are logged once and
-vLLM serves on.
+request.  A device KV cache the preload records and restores itself; the
+worker copies its restored blocks on the device (moeft_restored_copy).
+What to log and restore is libmoeft's (include/moeft.h); this module only
+tells it.  A hook never raises: failures are logged once and vLLM serves
+on.
 """
 
 from __future__ import annotations
@@ -471,9 +472,9 @@ class _Worker:
             found = _block_slabs(t, self.nblocks)
             if found is None:
                 self.once("device-layout", logging.WARNING,
-                          "device KV cache of shape %s strides %s has no dimension of "
-                          "%d blocks, each contiguous; restored KV is not offered",
-                          tuple(t.shape), t.stride(), self.nblocks)
+                          "device KV cache of shape %s strides %s is neither (2, %d, ...) "
+                          "nor (%d, 2, ...), contiguous; restored KV is not offered",
+                          tuple(t.shape), t.stride(), self.nblocks, self.nblocks)
                 self.handshake = MoeftHandshake(restored=False)
                 return
             slabs += [_DeviceSlab(base, stride) for base, stride in found]
@@ -594,10 +595,10 @@ class _Worker:
 
 
 class MoeftConnector(KVConnectorBase_V1):
-    """Logs the engine's requests (and KV on the CPU backend) with libmoeft and, in a server
-    that `moeft restore` restarted, resumes resubmitted requests from the
-    restored state.  Records nothing, and says why once, when libmoeft.so is
-    not preloaded or not instrumenting this process."""
+    """Logs the engine's requests (and KV on the CPU backend) with libmoeft
+    and, in a server that `moeft restore` restarted, resumes resubmitted
+    requests from the restored state.  Records nothing, and says why once,
+    when libmoeft.so is not preloaded or not instrumenting this process."""
 
     def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole,
                  kv_cache_config: KVCacheConfig | None = None) -> None:

@@ -465,3 +465,13 @@ def test_device_not_restored(tmp_path: Path, fake: FakeLib,
     fake.device_rc = -errno.ENODEV  # a fresh start
     worker, _ = device_worker(tmp_path, fake, monkeypatch)
     assert worker.handshake == MoeftHandshake(False, ())
+
+
+def test_device_layout_not_understood(tmp_path: Path, fake: FakeLib, lines: Lines) -> None:
+    w = Worker(tmp_path / "model", Shape())
+    worker = w.connector._worker
+    worker.register_device([torch.zeros(4, 2, Shape().num_blocks, 8)])
+    assert worker.handshake == MoeftHandshake(False, ()) and worker.slabs == []
+    assert lines.at(logging.WARNING) == [
+        "moeft: device KV cache of shape (4, 2, 32, 8) strides (512, 256, 8, 1) is neither "
+        "(2, 32, ...) nor (32, 2, ...), contiguous; restored KV is not offered"]
