@@ -394,7 +394,8 @@ out:
 
 /* ---- kernels from device code -------------------------------------------------- */
 
-_Static_assert(DEVCODE_MAX_PARAMS == CORPUS_MAX_PARAMS, "a binary's table fits a corpus line's");
+_Static_assert(DEVCODE_MAX_PARAMS == CORPUS_MAX_PARAMS &&
+	       DEVCODE_PARAM_BYTES == CORPUS_PARAM_BYTES, "a binary's table is a corpus line's");
 
 /* A kernel's table in one cubin of a binary. */
 struct table {
