@@ -1,7 +1,9 @@
 /*
  * dispatch.c - the shim's events, handed on (dispatch.h).
  */
+#include <limits.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "allocs.h"
@@ -12,6 +14,7 @@
 #include "resume.h"
 #include "shim.h"
 #include "start.h"
+#include "triton.h"
 #include "wal.h"
 
 /* The shim's numbers are the log's (enums of their own, so compared as int). */
@@ -30,11 +33,25 @@ _Static_assert(SAME(SHIM_LOG_ERROR, WAL_LOG_ERROR) && SAME(SHIM_LOG_WARN, WAL_LO
 #undef SAME
 _Static_assert(KID_MAX_PARAMS == RULE_MAX_PARAMS, "the cache keeps every size a rule reads");
 
+/* Kernels a triton= rule is placed on (one per compiled specialization). */
+#define PLACED_MAX 256
+
+/* A triton= rule placed on one kernel: the shim's rule number for it is
+ * prof->count + its index. */
+struct placed {
+	int origin;                  /* the profile's rule */
+	struct rule rule;            /* its pN are the kernel's parameters */
+};
+
 static struct {
 	const struct profile *prof;
 	int kv_selectors;
 	atomic_ullong *hits;         /* per rule */
 	atomic_ullong graph_launches, capture_begin, capture_end;
+	/* Written under the shim's first-launch lock, each entry before the
+	 * kernel cache publishes the number that leads to it. */
+	struct placed *placed;
+	unsigned nplaced;
 } dp;
 
 int dispatch_init(const struct profile *prof, int kv_selectors)
@@ -42,13 +59,58 @@ int dispatch_init(const struct profile *prof, int kv_selectors)
 	dp.prof = prof;
 	dp.kv_selectors = kv_selectors;
 	dp.hits = calloc(prof->count ? prof->count : 1, sizeof *dp.hits);
+	for (unsigned i = 0; i < prof->count && dp.hits && !dp.placed; i++)
+		if (prof->rules[i].ntriton && !(dp.placed = calloc(PLACED_MAX, sizeof *dp.placed)))
+			dispatch_fini();
 	return dp.hits ? 0 : -1;
 }
 
 void dispatch_fini(void)
 {
 	free(dp.hits);
+	free(dp.placed);
 	dp.hits = NULL;
+	dp.placed = NULL;
+	dp.nplaced = 0;
+}
+
+/* The profile's rule behind the shim's rule number n, and what to evaluate. */
+static int origin(int n)
+{
+	return (unsigned)n < dp.prof->count ? n : dp.placed[n - (int)dp.prof->count].origin;
+}
+
+static const struct rule *evaluated(int n)
+{
+	return (unsigned)n < dp.prof->count ? &dp.prof->rules[n]
+					     : &dp.placed[n - (int)dp.prof->count].rule;
+}
+
+/* Rule `rule` (triton=) placed on kernel `name`: the shim's number for it,
+ * or -1 with why. */
+static int place(int rule, const char *name, const uint32_t *sizes, unsigned nparams,
+		 char *why, size_t len)
+{
+	const struct rule *r = &dp.prof->rules[rule];
+	int8_t map[TRITON_MAX_ARGS];
+	char dir[PATH_MAX];
+	struct placed *p;
+
+	if (dp.nplaced == PLACED_MAX) {
+		snprintf(why, len, "more than %d Triton kernels placed", PLACED_MAX);
+		return -1;
+	}
+	p = &dp.placed[dp.nplaced];
+	if (triton_cache_dir(dir, sizeof dir) < 0) {
+		snprintf(why, len, "no Triton cache directory (TRITON_CACHE_DIR, TRITON_HOME "
+			 "and HOME unset)");
+		return -1;
+	}
+	if (triton_place(dir, name, sizes, nparams, r->triton, r->ntriton, map, why, len) < 0 ||
+	    rule_place(r, map, &p->rule, why, len) < 0)
+		return -1;
+	p->origin = rule;
+	return (int)(dp.prof->count + dp.nplaced++);
 }
 
 static void ev_alloc(unsigned api, uint64_t base, uint64_t size, uint64_t fingerprint)
@@ -74,7 +136,7 @@ static int ev_claim(const char *name, const uint32_t *sizes, unsigned nparams,
 		    int params_known)
 {
 	int rule = profile_match(dp.prof, name);
-	char label[64], why[160];
+	char label[64], why[512];
 
 	if (rule < 0)
 		return -1;
@@ -85,9 +147,15 @@ static int ev_claim(const char *name, const uint32_t *sizes, unsigned nparams,
 			"parameter sizes; it is not evaluated", label, name);
 		return -1;
 	}
+	if (dp.prof->rules[rule].ntriton &&
+	    (rule = place(rule, name, sizes, nparams, why, sizeof why)) < 0) {
+		msg_log(WAL_LOG_WARN, "rule %s (Triton) cannot place the arguments of kernel %s: "
+			"%s; it is not evaluated for it", label, name, why);
+		return -1;
+	}
 	/* A rule gone stale for this build of the kernel reads the wrong
 	 * argument: refused before its first launch is read. */
-	if (rule_fits(&dp.prof->rules[rule], sizes, nparams, why, sizeof why) < 0) {
+	if (rule_fits(evaluated(rule), sizes, nparams, why, sizeof why) < 0) {
 		msg_log(WAL_LOG_WARN, "rule %s does not fit kernel %s: %s; it is not evaluated "
 			"for it", label, name, why);
 		return -1;
@@ -117,17 +185,16 @@ static int ev_launch(const struct shim_launch *l)
 	after.capture = 0;
 	if (!m || !l->args || atomic_load_explicit(&m->off, memory_order_relaxed))
 		return after.restore;
-	r = rule_eval(&dp.prof->rules[m->rule], l->args, m->sizes, m->nparams, l->grid,
-		      l->block, &hit);
+	r = rule_eval(evaluated(m->rule), l->args, m->sizes, m->nparams, l->grid, l->block, &hit);
 	if (r > 0) {
-		atomic_fetch_add_explicit(&dp.hits[m->rule], 1, memory_order_relaxed);
-		after.capture = capture_hit(m->rule, &hit, l->stream, &after.cap);
+		atomic_fetch_add_explicit(&dp.hits[origin(m->rule)], 1, memory_order_relaxed);
+		after.capture = capture_hit(origin(m->rule), &hit, l->stream, &after.cap);
 		return after.capture | after.restore;
 	}
 	if (r < 0 && !atomic_exchange(&m->off, 1))
 		msg_log(WAL_LOG_WARN, "rule %s does not fit kernel %s (it reads a parameter the "
 			"kernel lacks or holds a bad value); no longer evaluated for it",
-			profile_rule_label(dp.prof, m->rule, label, sizeof label), m->name);
+			profile_rule_label(dp.prof, origin(m->rule), label, sizeof label), m->name);
 	return after.restore;
 }
 

@@ -300,25 +300,26 @@ static char *next_token(char **s)
 
 enum key {
 	K_IDS, K_ROWS, K_K, K_STRIDE, K_EXPERTS, K_WEIGHTS, K_SLOTS, K_COUNT, K_BLOCK, K_POOL,
-	K_WHEN, K_NKEYS
+	K_WHEN, K_TRITON, K_NKEYS
 };
 
 static const char *const key_names[K_NKEYS] = {
 	"ids", "rows", "k", "stride", "experts", "weights", "slots", "count", "block", "pool",
-	"when"
+	"when", "triton"
 };
 
 /* Keys each kind takes, in the order messages list them; required first. */
 static const struct {
 	const char *name;
 	int nreq;
-	int keys[7];
+	int keys[8];
 	int nkeys;
 } kinds[] = {
-	[RULE_ROUTING] = { "routing", 3,
-			   { K_IDS, K_ROWS, K_K, K_STRIDE, K_EXPERTS, K_WEIGHTS, K_WHEN }, 7 },
-	[RULE_KV] = { "kv", 3, { K_SLOTS, K_COUNT, K_BLOCK, K_STRIDE, K_POOL, K_WHEN }, 6 },
-	[RULE_STEP] = { "step", 0, { K_WHEN }, 1 },
+	[RULE_ROUTING] = { "routing", 3, { K_IDS, K_ROWS, K_K, K_STRIDE, K_EXPERTS, K_WEIGHTS,
+					   K_WHEN, K_TRITON }, 8 },
+	[RULE_KV] = { "kv", 3, { K_SLOTS, K_COUNT, K_BLOCK, K_STRIDE, K_POOL, K_WHEN, K_TRITON },
+		      7 },
+	[RULE_STEP] = { "step", 0, { K_WHEN, K_TRITON }, 2 },
 };
 
 static int parse_pool(struct pctx *x, const char *s, struct rule *r)
@@ -330,6 +331,38 @@ static int parse_pool(struct pctx *x, const char *s, struct rule *r)
 			return -1;
 		if (*s != ',')
 			return value_end(x, s, "pool");
+		s++;
+	}
+}
+
+/* triton=NAME[,NAME]...: identifiers, each once. */
+static int parse_triton(struct pctx *x, const char *s, struct rule *r)
+{
+	size_t used = 0;
+
+	for (;;) {
+		const char *name = s, *d = r->triton;
+		size_t n = 0;
+
+		while (is_alnum(s[n]) || s[n] == '_')
+			n++;
+		if (n == 0 || is_digit(*name))
+			return perr(x, name, "expected an argument name, got '%s'", name);
+		if (n >= 64)
+			return perr(x, name, "argument name '%.*s' longer than 63 bytes", (int)n,
+				    name);
+		for (unsigned i = 0; i < r->ntriton; i++, d += strlen(d) + 1)
+			if (word_is(name, n, d))
+				return perr(x, name, "argument '%s' named twice", d);
+		if (r->ntriton == RULE_MAX_PARAMS || used + n + 1 > RULE_TRITON_MAX)
+			return perr(x, name, "triton= lists at most %d names", RULE_MAX_PARAMS);
+		memcpy(r->triton + used, name, n);
+		r->triton[used + n] = '\0';
+		used += n + 1;
+		r->ntriton++;
+		s += n;
+		if (*s != ',')
+			return value_end(x, s, "triton");
 		s++;
 	}
 }
@@ -374,6 +407,8 @@ static int parse_kv_pair(struct pctx *x, char *tok, struct rule *r, unsigned *se
 		return value_end(x, v, tok);
 	case K_POOL:
 		return parse_pool(x, v, r);
+	case K_TRITON:
+		return parse_triton(x, v, r);
 	case K_WHEN:
 		if (r->nwhen == RULE_MAX_WHEN)
 			return perr(x, tok, "at most %d when= conditions per rule", RULE_MAX_WHEN);
@@ -407,14 +442,32 @@ static int add_rule(struct pctx *x, const struct rule *r)
 	return 0;
 }
 
+/* A triton= rule's pN index its names, and Triton passes no structs. */
+struct misuse {
+	const struct rule *r;
+	struct rule_use u;
+};
+
+static int triton_misuse(const struct rule_use *u, void *arg)
+{
+	struct misuse *m = arg;
+
+	if (u->param < m->r->ntriton && (u->what == USE_POINTER || u->what == USE_INT))
+		return 0;
+	m->u = *u;
+	return 1;
+}
+
 static int parse_rule(struct pctx *x, int kind, char *rest)
 {
+	struct misuse m = { .r = NULL };
 	struct rule r;
 	unsigned seen = 0;
 	char *tok;
 	int i;
 
 	memset(&r, 0, sizeof r);
+	m.r = &r;
 	r.kind = kind;
 	r.line = x->line;
 	memcpy(r.label, x->label, sizeof r.label);
@@ -433,6 +486,9 @@ static int parse_rule(struct pctx *x, int kind, char *rest)
 	if (kind == RULE_KV && (seen & (1u << K_STRIDE)) && !(seen & (1u << K_POOL)))
 		return perr(x, x->eol, "kv rule with stride= but without pool= (stride= is the "
 			    "bytes between the pools' blocks)");
+	if (r.ntriton && rule_each_use(&r, triton_misuse, &m))
+		return perr(x, x->eol, "%s=p%u: %s", m.u.key, m.u.param, m.u.param >= r.ntriton ?
+			    "triton= names fewer arguments" : "a Triton argument is no struct");
 	return add_rule(x, &r);
 }
 
@@ -1001,6 +1057,76 @@ int rule_fits(const struct rule *r, const uint32_t *sizes, unsigned nparams, cha
 	return rule_each_use(r, use_misfit, &f) ? -1 : 0;
 }
 
+/* ---- a triton= rule placed on one compiled kernel ----------------------- */
+
+/* Name i of triton=. */
+static const char *triton_name(const struct rule *r, unsigned i)
+{
+	const char *name = r->triton;
+
+	while (i--)
+		name += strlen(name) + 1;
+	return name;
+}
+
+/* 1 when the argument was dropped (a pointer: None), else 0. */
+static int place_ref(struct rule_ref *r, const int8_t *map)
+{
+	if (map[r->param] < 0)
+		return 1;
+	r->param = (uint8_t)map[r->param];
+	return 0;
+}
+
+/* Triton drops an integer argument equal to 1: the constant 1 stands in. */
+static void place_val(struct rule_val *v, const int8_t *map)
+{
+	for (unsigned i = 0; i < v->n; i++) {
+		struct rule_term *t = &v->t[i];
+
+		if (t->kind != TERM_PARAM)
+			continue;
+		if (map[t->param] < 0)
+			*t = (struct rule_term){ .kind = TERM_CONST, .k = 1 };
+		else
+			t->param = (uint8_t)map[t->param];
+	}
+}
+
+int rule_place(const struct rule *r, const int8_t *map, struct rule *out, char *why,
+	       size_t len)
+{
+	unsigned i;
+
+	*out = *r;
+	out->ntriton = 0;
+	memset(out->triton, 0, sizeof out->triton);
+	if (r->kind != RULE_STEP && place_ref(&out->ref, map)) {
+		snprintf(why, len, "%s=%s was None when it was compiled",
+			 r->kind == RULE_ROUTING ? "ids" : "slots", triton_name(r, r->ref.param));
+		return -1;
+	}
+	if (out->weights.dtype && place_ref(&out->weights, map))
+		out->weights = (struct rule_ref){ 0 };
+	for (i = 0; i < out->npool; i++)
+		if (place_ref(&out->pool[i], map)) {
+			snprintf(why, len, "pool=%s was None when it was compiled",
+				 triton_name(r, r->pool[i].param));
+			return -1;
+		}
+	place_val(&out->rows, map);
+	place_val(&out->k, map);
+	place_val(&out->stride, map);
+	place_val(&out->experts, map);
+	place_val(&out->count, map);
+	place_val(&out->block, map);
+	for (i = 0; i < out->nwhen; i++) {
+		place_val(&out->when[i].a, map);
+		place_val(&out->when[i].b, map);
+	}
+	return 0;
+}
+
 /* ---- formatting -------------------------------------------------------- */
 
 struct out {
@@ -1098,5 +1224,7 @@ int rule_format(const struct rule *r, char *buf, size_t len)
 		put(&o, "%s", opnames[r->when[i].op]);
 		put_val(&o, &r->when[i].b);
 	}
+	for (i = 0; i < r->ntriton; i++)
+		put(&o, "%s%s", i ? "," : " triton=", triton_name(r, i));
 	return (int)o.n;
 }

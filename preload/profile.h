@@ -24,6 +24,7 @@
 #define RULE_PATTERN_MAX 256   /* bytes, NUL included */
 #define RULE_LABEL_MAX 32
 #define PROFILE_LINE_MAX 1024  /* bytes per line, newline excluded */
+#define RULE_TRITON_MAX 1024   /* bytes of triton= names, NULs included */
 
 enum rule_kind { RULE_ROUTING = 1, RULE_KV = 2, RULE_STEP = 3 };
 
@@ -87,6 +88,10 @@ struct rule {
 	struct rule_ref pool[RULE_MAX_POOL];       /* kv */
 	unsigned nwhen;
 	struct rule_cond when[RULE_MAX_WHEN];
+	/* triton=: the Triton launcher's argument names (NUL-separated); its
+	 * pN index these, placed among the parameters by rule_place() */
+	unsigned ntriton;
+	char triton[RULE_TRITON_MAX];
 };
 
 /* Rules in definition order.  Zero-initialise before the first parse. */
@@ -207,6 +212,16 @@ int rule_each_use(const struct rule *r, int (*fn)(const struct rule_use *u, void
  */
 int rule_fits(const struct rule *r, const uint32_t *sizes, unsigned nparams, char *why,
 	      size_t len);
+
+/*
+ * The plain rule a triton= rule is for one compiled kernel: each pN
+ * (an index into r->triton) replaced by its parameter index map[N]
+ * (triton.h), and an argument Triton dropped by what it was: an integer
+ * by the constant 1, weights= by none.  0, or -1 with why when ids=,
+ * slots= or a pool= argument was dropped (None: nothing to read).
+ */
+int rule_place(const struct rule *r, const int8_t *map, struct rule *out, char *why,
+	       size_t len);
 
 /* Write r back in canonical text form (one line, no newline); returns the
  * length it needed, like snprintf. */

@@ -128,7 +128,15 @@ static const char sglang_rules[] =
 	"routing *moe_fused_gate_kernel_dynamic* ids=p3:i32 weights=p2:f32 rows=p4 k=p8\n"
 	"# Routing: SGLang moe_fused_gate_kernel: ids [3], rows [4], topk [6], weights [2];\n"
 	"# fused shared-expert ids >= num_experts are part of the k\n"
-	"routing *moe_fused_gate_kernel* ids=p3:i32 weights=p2:f32 rows=p4 k=p6\n";
+	"routing *moe_fused_gate_kernel* ids=p3:i32 weights=p2:f32 rows=p4 k=p6\n"
+	"# Routing: SGLang 0.5.23's Triton _router_triton_kernel (moe_fused_gate.py):\n"
+	"# ids out_indices_ptr, weights out_weights_ptr (f32, M x K), rows M; K is a\n"
+	"# constexpr, so k is out_indices' row stride stride_im (a new (M, K) tensor)\n"
+	"routing _router_triton_kernel ids=p6:i32 weights=p5:f32 rows=p8 k=p18 "
+	"triton=scores_ptr,bias_ptr,bias_alt_ptr,input_ids_ptr,num_token_non_padded_ptr,"
+	"out_weights_ptr,out_indices_ptr,out_packed_ptr,M,routed_scaling_factor,"
+	"moe_softcapping,stride_bias,stride_bias_alt,stride_input_ids,stride_sm,stride_sn,"
+	"stride_wm,stride_wk,stride_im,stride_ik,stride_pm,stride_pk\n";
 
 /*
  * torch.topk is also what samplers call.  A router's slice is the expert

@@ -475,7 +475,7 @@ static void test_profile_file(void)
 	CU_ASSERT_EQUAL_FATAL(test_spew(path, broken, strlen(broken)), 0);
 	CU_ASSERT_EQUAL(load1(&c, "MOEFT_PROFILE", path, err, sizeof err), -1);
 	snprintf(want, sizeof want, "MOEFT_PROFILE: %s:3:26: unknown key 'rowz' for routing "
-		 "(expected ids, rows, k, stride, experts, weights, when)", path);
+		 "(expected ids, rows, k, stride, experts, weights, when, triton)", path);
 	CU_ASSERT_STRING_EQUAL(err, want);
 	CU_ASSERT_STRING_EQUAL(c.profile, "auto");
 	unlink(path);

@@ -296,9 +296,9 @@ static void test_parse_errors(void)
 		{ "bogus x", "t.rules:1:1: ", "unknown directive 'bogus' (expected routing, kv, step, profile or use)" },
 		{ "# c\nroutng x ids=p1 rows=1 k=1", "t.rules:2:1: ", "unknown directive 'routng'" },
 		{ "\n\nrouting x ids=p4 rowz=p3 k=p6", "t.rules:3:18: ",
-		  "unknown key 'rowz' for routing (expected ids, rows, k, stride, experts, weights, when)" },
+		  "unknown key 'rowz' for routing (expected ids, rows, k, stride, experts, weights, when, triton)" },
 		{ "kv x slots=p4 count=1 block=1 weights=p2", "t.rules:1:31: ",
-		  "unknown key 'weights' for kv (expected slots, count, block, stride, pool, when)" },
+		  "unknown key 'weights' for kv (expected slots, count, block, stride, pool, when, triton)" },
 		{ "routing x ids=p4 rows=1 k=1 weights=p2:f64", "t.rules:1:40: ",
 		  "unknown dtype ':f64' (expected f32, bf16 or f16)" },
 		{ "routing x ids=p4 rows=1 k=1 weights=p2:i32", "t.rules:1:40: ",
@@ -311,7 +311,7 @@ static void test_parse_errors(void)
 		  "kv rule with stride= but without pool=" },
 		{ "kv x slots=p4 count=1 block=1 stride=2 pool=p1 stride=p3", "t.rules:1:48: ",
 		  "duplicate key 'stride'" },
-		{ "step x ids=p1", "t.rules:1:8: ", "unknown key 'ids' for step (expected when)" },
+		{ "step x ids=p1", "t.rules:1:8: ", "unknown key 'ids' for step (expected when, triton)" },
 		{ "routing x slots=p1 rows=1 k=1", "t.rules:1:11: ", "unknown key 'slots' for routing" },
 		{ "step a\nrouting x ids=p4 rows=p3 k=p6 k=p7", "t.rules:2:31: ", "duplicate key 'k'" },
 		{ "kv x slots=p1 count=1 block=1 pool=p2 pool=p3", "t.rules:1:39: ", "duplicate key 'pool'" },
@@ -478,6 +478,11 @@ static const char *const sglang_want[] = {
 	"routing *kimi_k2_moe_fused_gate_kernel* ids=p3:i32 weights=p2:f32 rows=p4 k=p5",
 	"routing *moe_fused_gate_kernel_dynamic* ids=p3:i32 weights=p2:f32 rows=p4 k=p8",
 	"routing *moe_fused_gate_kernel* ids=p3:i32 weights=p2:f32 rows=p4 k=p6",
+	"routing _router_triton_kernel ids=p6:i32 weights=p5:f32 rows=p8 k=p18 "
+	"triton=scores_ptr,bias_ptr,bias_alt_ptr,input_ids_ptr,num_token_non_padded_ptr,"
+	"out_weights_ptr,out_indices_ptr,out_packed_ptr,M,routed_scaling_factor,moe_softcapping,"
+	"stride_bias,stride_bias_alt,stride_input_ids,stride_sm,stride_sn,stride_wm,stride_wk,"
+	"stride_im,stride_ik,stride_pm,stride_pk",
 	NULL
 };
 

@@ -1,0 +1,62 @@
+/*
+ * triton.h - where a Triton kernel's arguments sit among its parameters.
+ *
+ * Triton compiles one kernel per specialization of its Python arguments:
+ * constexpr arguments, integers equal to 1 and None are folded into the
+ * code and leave the parameter list, and scratch pointers are appended.
+ * A fixed parameter index is therefore wrong for some launches, and the
+ * parameter table alone (sizes) cannot say which argument was dropped.
+ * Triton writes each compiled kernel's IR into its cache directory
+ * ($TRITON_CACHE_DIR, else $TRITON_HOME/.triton/cache, else
+ * $HOME/.triton/cache): <hash>/<kernel>.source (Triton 3.4 and later)
+ * or <hash>/<kernel>.ttir, whose `tt.func public @<kernel>(...)` line
+ * names every argument the kernel kept, in order, with its type.  A
+ * profile rule lists the launcher's argument names (`triton=`); the two
+ * together place each of them, or prove it dropped.
+ */
+#ifndef MOEFT_TRITON_H
+#define MOEFT_TRITON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TRITON_MAX_ARGS 64
+#define TRITON_NAME_MAX 64          /* bytes of an argument name, NUL included */
+#define TRITON_MAX_SCRATCH 2        /* pointers Triton appends (3.5 and later: 2) */
+#define TRITON_DROPPED (-1)         /* map[]: folded into the code (1 or None) */
+
+/* The arguments a compiled kernel kept, in parameter order. */
+struct triton_sig {
+	unsigned n;
+	char name[TRITON_MAX_ARGS][TRITON_NAME_MAX];
+	uint8_t size[TRITON_MAX_ARGS];  /* bytes of the parameter */
+};
+
+/*
+ * Read the signature of `kernel` from Triton IR text (len bytes, not
+ * NUL-terminated).  0, or -1 with why: no `tt.func ... @kernel(` line,
+ * an argument without a name, a type whose size is not known (tensor
+ * descriptors), more than TRITON_MAX_ARGS arguments, or text cut short.
+ */
+int triton_sig_parse(const char *text, size_t len, const char *kernel, struct triton_sig *s,
+		     char *why, size_t whylen);
+
+/*
+ * Place the `ndeclared` argument names of `declared` (NUL-separated, the
+ * launcher's order) for a kernel with parameter table sizes[0..nparams-1]:
+ * map[i] = its parameter index, or TRITON_DROPPED.  The cache entries of
+ * `kernel` are read; those whose signature fits the table (sizes equal,
+ * then at most TRITON_MAX_SCRATCH 8-byte parameters) and names only
+ * declared arguments, in order, must all give the same map.  dir: the cache
+ * directory (triton_cache_dir).  0, or -1 with why (no entry fits, entries
+ * disagree, the directory cannot be read).
+ */
+int triton_place(const char *dir, const char *kernel, const uint32_t *sizes, unsigned nparams,
+		 const char *declared, unsigned ndeclared, int8_t map[TRITON_MAX_ARGS],
+		 char *why, size_t whylen);
+
+/* Triton's cache directory, from the environment as Triton reads it: 0, or
+ * -1 (no HOME, or a path longer than len). */
+int triton_cache_dir(char *buf, size_t len);
+
+#endif
