@@ -86,7 +86,7 @@ static unsigned type_size(const char *t, size_t n)
 		{ "f16", 2 }, { "bf16", 2 }, { "f32", 4 }, { "f64", 8 },
 	};
 
-	if (n > 8 && !memcmp(t, "!tt.ptr<", 8))
+	if (n > 9 && !memcmp(t, "!tt.ptr<", 8) && t[n - 1] == '>')
 		return 8;
 	for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
 		if (strlen(types[i].name) == n && !memcmp(t, types[i].name, n))
@@ -140,6 +140,8 @@ static int parse_arg(struct cur *c, struct triton_sig *s, char *why, size_t len)
 		else if (*c->p == '\n')
 			return fail(why, len, "argument %u: line ends in its type", i);
 	}
+	if (c->p == c->end)
+		return fail(why, len, "argument %u: type cut short", i);
 	ntype = (size_t)(c->p - type);
 	if (!(size = type_size(type, ntype)))
 		return fail(why, len, "argument %u: type '%.*s' of unknown size", i,
@@ -354,7 +356,7 @@ int triton_place(const char *dir, const char *kernel, const uint32_t *sizes, uns
 		r = 0;
 	else if (other)
 		fail(why, whylen, "%u entr%s in %s fit%s its %u parameters but keep%s an argument "
-		     "the rule does not list (another version of the kernel?)", other,
+		     "the rule does not list, or in another order (another version of the kernel?)", other,
 		     other == 1 ? "y" : "ies", dir, other == 1 ? "s" : "", nparams,
 		     other == 1 ? "s" : "");
 	else

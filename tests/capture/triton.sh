@@ -1,0 +1,110 @@
+#!/bin/sh
+# triton.sh - SGLang's Triton router, launched as Triton launches it, on the
+# CPU fixture under the preload with the built-in sglang profile.
+#
+# Usage: triton.sh LIBMOEFT TRITON_ROUTER MOEFT CORPUS
+# CORPUS: tests/engines/triton/sglang-0.5.23 (each specialization's IR
+# signature line as Triton 3.7.1 wrote it).  Triton's cache holds, as it
+# would, the kernel compiled with M > 1 and with M == 1 (M dropped), and
+# hostile entries.  The routing records equal the program's truth; the
+# program's output is the plain run's.  Without a usable cache entry the
+# rule is not evaluated, with one line saying why, and nothing is recorded.
+set -eu
+
+lib=$1 prog=$2 moeft=$3 corpus=$4
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+kernel=_router_triton_kernel
+steps=6 layers=3 rows=4 k=8
+
+fail() {
+	echo "capture triton.sh: $*" >&2
+	exit 1
+}
+
+"$prog" $steps $layers $rows $k >"$dir/want" || fail "the plain run failed"
+
+# run NAME CACHE: the program under the preload, Triton's cache at CACHE.
+run() {
+	rm -f "$dir/$1.wal" "$dir/$1.wal.kv"
+	TRITON_CACHE_DIR=$2 MOEFT_WAL="$dir/$1.wal" MOEFT_WINDOW=2 MOEFT_PROFILE=sglang \
+		LD_PRELOAD="$lib" "$prog" $steps $layers $rows $k >"$dir/$1.out" \
+		2>"$dir/$1.err" || fail "$1: status $? (stderr: $(cat "$dir/$1.err"))"
+	cmp -s "$dir/want" "$dir/$1.out" || fail "$1: output differs from the plain run's"
+	"$moeft" inspect --wal "$dir/$1.wal" --json --records >"$dir/$1.json" ||
+		fail "$1: inspect failed"
+}
+
+# routed NAME: the number of routing records, each checked against the truth.
+routed() {
+	python3 - "$dir/want" "$dir/$1.json" <<'EOF'
+import json, struct, sys
+
+def f32(x):
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+truth = {}
+for line in open(sys.argv[1]):
+    head, weights = line.split("|")
+    f = head.split()
+    step, layer, rows, k = map(int, f[1:5])
+    truth[(step, layer)] = (rows, k, [int(x) for x in f[5:]],
+                            [f32(float.fromhex(x)) for x in weights.split()])
+n = 0
+for r in json.load(open(sys.argv[2]))["record_list"]:
+    if r["type"] != "routing":
+        continue
+    g = r["routing"]
+    rows, k, ids, weights = truth[(g["step"], g["layer"])]
+    got = (g["tokens"], g["k"], g["ids"], g.get("weights_dtype"), [f32(w) for w in g["weights"]])
+    if got != (rows, k, ids, "f32", weights):
+        sys.exit("step %d layer %d: got %r, want %r" % (g["step"], g["layer"], got,
+                                                        (rows, k, ids, "f32", weights)))
+    n += 1
+print(n)
+EOF
+}
+
+# Triton's cache: both specializations; an IR that is a symbolic link to
+# one that fits the table too but puts stride_im (k) one parameter later
+# (followed, it would make the kernel ambiguous); a directory in an IR's
+# place; garbage.
+cache=$dir/cache
+mkdir -p "$cache/m8" "$cache/m1" "$cache/link" "$cache/dir/$kernel.source" "$cache/junk"
+cp "$corpus/deepseek-v3-m8/$kernel.source" "$cache/m8/"
+cp "$corpus/deepseek-v3-m1/$kernel.source" "$cache/m1/"
+python3 - "$corpus/deepseek-v3-m8/$kernel.source" >"$dir/shifted" <<'EOF'
+import re, sys
+shift = {"stride_bias_alt": "stride_bias", "stride_input_ids": "stride_bias_alt",
+         "stride_sm": "stride_input_ids", "stride_wm": "stride_sm", "stride_im": "stride_wm",
+         "stride_pm": "stride_im", "stride_pk": "stride_pm"}
+text = open(sys.argv[1]).read()
+sys.stdout.write(re.sub(r"\b(stride_[a-z_]+)\b", lambda m: shift.get(m.group(1), m.group(1)), text))
+EOF
+grep -q 'loc("stride_im"' "$dir/shifted" && ! grep -q stride_pk "$dir/shifted" ||
+	fail "the shifted IR was not made"
+ln -s "$dir/shifted" "$cache/link/$kernel.source"
+printf 'tt.func public @%s(%%x' "$kernel" >"$cache/junk/$kernel.source"
+
+run placed "$cache"
+[ ! -s "$dir/placed.err" ] || fail "placed: stderr: $(cat "$dir/placed.err")"
+n=$(routed placed) || fail "placed: $n"
+# Windows of 2 steps: at least the first 4 steps' 3 layers are committed.
+[ "$n" -ge $((4 * layers)) ] || fail "placed: $n routing records, want >= $((4 * layers))"
+
+# No cache, and a cache of another version of the kernel only: one line
+# each, nothing recorded.
+run nocache "$dir/none"
+grep -q "^moeft: rule sglang:[0-9]* (Triton) cannot place the arguments of kernel $kernel: Triton's cache $dir/none: No such file or directory; it is not evaluated for it\$" \
+	"$dir/nocache.err" || fail "nocache: stderr: $(cat "$dir/nocache.err")"
+[ "$(wc -l <"$dir/nocache.err")" = 1 ] || fail "nocache: stderr: $(cat "$dir/nocache.err")"
+[ "$(routed nocache)" = 0 ] || fail "nocache: routing recorded"
+
+mkdir -p "$dir/other/v2"
+sed 's/%M: /%num_tokens: /; s/loc("M"/loc("num_tokens"/' "$corpus/deepseek-v3-m8/$kernel.source" \
+	>"$dir/other/v2/$kernel.source"
+run other "$dir/other"
+grep -q "cannot place the arguments of kernel $kernel: 1 entry in $dir/other fits its 17 parameters but keeps an argument the rule does not list, or in another order (another version of the kernel?); it is not evaluated for it\$" \
+	"$dir/other.err" || fail "other: stderr: $(cat "$dir/other.err")"
+[ "$(routed other)" = 0 ] || fail "other: routing recorded"
+echo "triton.sh: $n routing records equal the truth; no cache and another version refused"

@@ -1,0 +1,420 @@
+/*
+ * test_triton.c - Triton kernels' arguments among their parameters:
+ * reading the IR's signature line, placing a rule's triton= names from a
+ * cache directory (hostile entries included), the placed rule, and the
+ * profile syntax.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
+#include "profile.h"
+#include "testutil.h"
+#include "triton.h"
+
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+static int parse(const char *text, const char *kernel, struct triton_sig *s, char *why)
+{
+	return triton_sig_parse(text, strlen(text), kernel, s, why, 256);
+}
+
+static void test_parse(void)
+{
+	/* Triton 3.7.1's .source line, as it compiled a kernel here. */
+	static const char now[] =
+		"#loc = loc(\"/tmp/tt.py\":5:0)\n"
+		"module {\n"
+		"  tt.func public @k2(%a_ptr: !tt.ptr<f32> {tt.divisibility = 16 : i32} "
+		"loc(\"a_ptr\"(#loc)), %flag: i1 loc(\"flag\"(#loc)), %x: f32 loc(\"x\"(#loc)), "
+		"%y: i64 loc(\"y\"(#loc))) attributes {noinline = false} {\n"
+		"    tt.return loc(#loc9)\n";
+	/* Older IR: SSA names %argN, the source name in the location only. */
+	static const char old[] =
+		"tt.func public @k(%arg0: !tt.ptr<i32, 1> {tt.divisibility = 16 : i32} "
+		"loc(\"ids\"(#loc)), %arg1: i32 loc(\"rows\"(#loc))) {\n";
+	struct triton_sig s;
+	char why[256];
+
+	CU_ASSERT_EQUAL_FATAL(parse(now, "k2", &s, why), 0);
+	CU_ASSERT_EQUAL(s.n, 4);
+	CU_ASSERT_STRING_EQUAL(s.name[0], "a_ptr");
+	CU_ASSERT_STRING_EQUAL(s.name[1], "flag");
+	CU_ASSERT_STRING_EQUAL(s.name[2], "x");
+	CU_ASSERT_STRING_EQUAL(s.name[3], "y");
+	CU_ASSERT(s.size[0] == 8 && s.size[1] == 1 && s.size[2] == 4 && s.size[3] == 8);
+	/* @k is not @k2. */
+	CU_ASSERT_EQUAL(parse(now, "k", &s, why), -1);
+	CU_ASSERT_STRING_EQUAL(why, "no 'tt.func' line for @k");
+
+	CU_ASSERT_EQUAL_FATAL(parse(old, "k", &s, why), 0);
+	CU_ASSERT_EQUAL(s.n, 2);
+	CU_ASSERT_STRING_EQUAL(s.name[0], "ids");
+	CU_ASSERT_STRING_EQUAL(s.name[1], "rows");
+	CU_ASSERT(s.size[0] == 8 && s.size[1] == 4);
+
+	CU_ASSERT_EQUAL(parse("tt.func public @k() {\n", "k", &s, why), 0);
+	CU_ASSERT_EQUAL(s.n, 0);
+	/* A call is not the function. */
+	CU_ASSERT_EQUAL(parse("  %0 = tt.call @k(%x) : (i32) -> i32\n", "k", &s, why), -1);
+}
+
+static void test_parse_refused(void)
+{
+	static const struct { const char *text, *why; } t[] = {
+		{ "tt.func public @k(%arg0: i32 loc(#loc3)) {\n", "argument 0 has no name" },
+		{ "tt.func public @k(%a: i32, %arg1: f32) {\n", "argument 1 has no name" },
+		{ "tt.func public @k(%d: !tt.tensordesc<tensor<16x16xf16>> loc(\"d\"(#loc))) {\n",
+		  "argument 0: type '!tt.tensordesc<tensor<16x16xf16>>' of unknown size" },
+		{ "tt.func public @k(%a: i32 loc(\"a\"(#loc)), %b: i32 {tt.divisibility = 16",
+		  "argument 1: attributes cut short" },
+		{ "tt.func public @k(%a: i32 loc(\"a\"(#loc)), %b: !tt.ptr<f32",
+		  "argument 1: type cut short" },
+		{ "tt.func public @k(%a: i32 loc(\"a\"(#loc))\n) {\n",
+		  "argument 1: expected ',' or ')' after it" },
+		{ "tt.func public @k(%a: i32 loc(\"a b\"(#loc))) {\n",
+		  "argument 0: its location names no identifier" },
+		{ "tt.func public @k(a: i32) {\n", "argument 0: expected '%'" },
+		{ "tt.func public @k(%a i32) {\n", "argument 0: expected ': ' after its name" },
+		{ "tt.func public @k(%a: i32 loc(\"a\"(#loc)", "argument 0: location cut short" },
+	};
+	char many[8192], why[256];
+	struct triton_sig s;
+	size_t n;
+
+	for (size_t i = 0; i < NELEM(t); i++) {
+		CU_ASSERT_EQUAL(parse(t[i].text, "k", &s, why), -1);
+		if (strcmp(why, t[i].why))
+			fprintf(stderr, "\ncase %zu: got '%s'\n", i, why);
+		CU_ASSERT_STRING_EQUAL(why, t[i].why);
+	}
+	n = (size_t)snprintf(many, sizeof many, "tt.func public @k(");
+	for (int i = 0; i <= TRITON_MAX_ARGS; i++)
+		n += (size_t)snprintf(many + n, sizeof many - n, "%s%%a%d: i32", i ? ", " : "", i);
+	snprintf(many + n, sizeof many - n, ") {\n");
+	CU_ASSERT_EQUAL(parse(many, "k", &s, why), -1);
+	CU_ASSERT_STRING_EQUAL(why, "more than 64 arguments");
+	/* Every cut of a good line is refused or read, never past its end
+	 * (ASan watches the exact-size copy). */
+	{
+		static const char good[] =
+			"tt.func public @k(%a: !tt.ptr<f32> {tt.divisibility = 16 : i32} "
+			"loc(\"a\"(#loc)), %b: i32 loc(\"b\"(#loc))) {\n";
+
+		for (size_t cut = 0; cut < sizeof good - 1; cut++) {
+			char *copy = malloc(cut ? cut : 1);
+
+			CU_ASSERT_PTR_NOT_NULL_FATAL(copy);
+			memcpy(copy, good, cut);
+			(void)triton_sig_parse(copy, cut, "k", &s, why, sizeof why);
+			free(copy);
+		}
+	}
+}
+
+/* ---- a cache directory -------------------------------------------------- */
+
+static char cache[256];
+
+static void put(const char *entry, const char *file, const char *text)
+{
+	char path[512];
+
+	snprintf(path, sizeof path, "%s/%s", cache, entry);
+	mkdir(path, 0700);
+	snprintf(path, sizeof path, "%s/%s/%s", cache, entry, file);
+	CU_ASSERT_EQUAL_FATAL(test_spew(path, text, strlen(text)), 0);
+}
+
+static void rm_rf(const char *dir)
+{
+	char cmd[600];
+
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
+#define SIG(args) "module {\n  tt.func public @k(" args ") attributes {noinline = false} {\n"
+#define A(name, type) "%" name ": " type " loc(\"" name "\"(#loc))"
+
+static const char declared[] = "ids\0rows\0k";
+
+static int place(const uint32_t *sizes, unsigned n, int8_t *map, char *why)
+{
+	return triton_place(cache, "k", sizes, n, declared, 3, map, why, 512);
+}
+
+static void test_place(void)
+{
+	static const uint32_t kept[] = { 8, 4, 4, 8, 8 }, dropped[] = { 8, 4, 8, 8 },
+			      bare[] = { 8, 4, 4 }, odd[] = { 8, 4, 4, 8, 4 };
+	char path[512], target[512], why[512], want[700];
+	int8_t map[TRITON_MAX_ARGS];
+
+	test_path(cache, sizeof cache, "triton");
+	CU_ASSERT_EQUAL_FATAL(mkdir(cache, 0700), 0);
+	/* Two specializations: rows kept, rows dropped (it was 1). */
+	put("AAA", "k.source", SIG(A("ids", "!tt.ptr<i32>") ", " A("rows", "i32") ", "
+				   A("k", "i32")));
+	put("BBB", "k.source", SIG(A("ids", "!tt.ptr<i32>") ", " A("k", "i32")));
+	/* An older Triton's entry: .ttir only; the same as AAA. */
+	put("CCC", "k.ttir", SIG(A("ids", "!tt.ptr<i32>") ", " A("rows", "i32") ", "
+				 A("k", "i32")));
+	/* Hostile: the IR a symbolic link to a file that would swap rows and
+	 * k; a directory where the IR should be; garbage; another kernel. */
+	put("ZZZ", "swap", SIG(A("ids", "!tt.ptr<i32>") ", " A("k", "i32") ", "
+			       A("rows", "i32")));
+	snprintf(path, sizeof path, "%s/DDD", cache);
+	mkdir(path, 0700);
+	snprintf(path, sizeof path, "%s/DDD/k.source", cache);
+	snprintf(target, sizeof target, "%s/ZZZ/swap", cache);
+	CU_ASSERT_EQUAL(symlink(target, path), 0);
+	snprintf(path, sizeof path, "%s/EEE", cache);
+	mkdir(path, 0700);
+	snprintf(path, sizeof path, "%s/EEE/k.source", cache);
+	mkdir(path, 0700);
+	put("FFF", "k.source", "\x01\x02 tt.func public @k(%%%");
+	put("GGG", "other.source", SIG(A("x", "i32")));
+	put(".hidden", "k.source", SIG(A("ids", "!tt.ptr<i32>") ", " A("k", "i32") ", "
+				       A("rows", "i32")));
+
+	CU_ASSERT_EQUAL(place(kept, NELEM(kept), map, why), 0);
+	CU_ASSERT(map[0] == 0 && map[1] == 1 && map[2] == 2);
+	CU_ASSERT_EQUAL(place(dropped, NELEM(dropped), map, why), 0);
+	CU_ASSERT(map[0] == 0 && map[1] == TRITON_DROPPED && map[2] == 1);
+	/* No scratch pointers (Triton before 3.3): the same kernel. */
+	CU_ASSERT_EQUAL(place(bare, NELEM(bare), map, why), 0);
+	CU_ASSERT(map[0] == 0 && map[1] == 1 && map[2] == 2);
+	/* A table nothing fits. */
+	CU_ASSERT_EQUAL(place(odd, NELEM(odd), map, why), -1);
+	snprintf(want, sizeof want, "none of its 4 entries in %s fits its 5 parameters", cache);
+	CU_ASSERT_STRING_EQUAL(why, want);
+
+	/* Another version of the kernel: an argument the rule does not list. */
+	put("HHH", "k.source", SIG(A("ids", "!tt.ptr<i32>") ", " A("rowz", "i32") ", "
+				   A("k", "i32") ", " A("extra", "i64")));
+	{
+		static const uint32_t v2[] = { 8, 4, 4, 8, 8, 8 };
+
+		CU_ASSERT_EQUAL(place(v2, NELEM(v2), map, why), -1);
+		snprintf(want, sizeof want, "1 entry in %s fits its 6 parameters but keeps an "
+			 "argument the rule does not list, or in another order (another version of "
+			 "the kernel?)", cache);
+		CU_ASSERT_STRING_EQUAL(why, want);
+	}
+	/* Two entries of equal sizes that place the arguments differently:
+	 * which one was launched is not known. */
+	put("III", "k.source", SIG(A("ids", "!tt.ptr<i32>") ", " A("rows", "i32")));
+	CU_ASSERT_EQUAL(place(dropped, NELEM(dropped), map, why), -1);
+	CU_ASSERT(strstr(why, " place the arguments differently") != NULL);
+
+	CU_ASSERT_EQUAL(triton_place(cache, "../k", kept, NELEM(kept), declared, 3, map, why,
+				     sizeof why), -1);
+	CU_ASSERT_STRING_EQUAL(why, "'../k' is not a Triton kernel's name");
+	rm_rf(cache);
+	CU_ASSERT_EQUAL(place(kept, NELEM(kept), map, why), -1);
+	snprintf(want, sizeof want, "Triton's cache %s: No such file or directory", cache);
+	CU_ASSERT_STRING_EQUAL(why, want);
+}
+
+static void test_cache_dir(void)
+{
+	char dir[128];
+
+	setenv("HOME", "/home/u", 1);
+	unsetenv("TRITON_HOME");
+	unsetenv("TRITON_CACHE_DIR");
+	CU_ASSERT_EQUAL(triton_cache_dir(dir, sizeof dir), 0);
+	CU_ASSERT_STRING_EQUAL(dir, "/home/u/.triton/cache");
+	setenv("TRITON_HOME", "/th", 1);
+	CU_ASSERT_EQUAL(triton_cache_dir(dir, sizeof dir), 0);
+	CU_ASSERT_STRING_EQUAL(dir, "/th/.triton/cache");
+	setenv("TRITON_CACHE_DIR", "/c", 1);
+	CU_ASSERT_EQUAL(triton_cache_dir(dir, sizeof dir), 0);
+	CU_ASSERT_STRING_EQUAL(dir, "/c");
+	CU_ASSERT_EQUAL(triton_cache_dir(dir, 2), -1);
+	unsetenv("TRITON_CACHE_DIR");
+	unsetenv("TRITON_HOME");
+	unsetenv("HOME");
+	CU_ASSERT_EQUAL(triton_cache_dir(dir, sizeof dir), -1);
+}
+
+/* ---- the rule ------------------------------------------------------------ */
+
+static void format_is(const struct rule *r, const char *want)
+{
+	char got[1200];
+
+	rule_format(r, got, sizeof got);
+	if (strcmp(got, want))
+		fprintf(stderr, "\ngot  '%s'\nwant '%s'\n", got, want);
+	CU_ASSERT_STRING_EQUAL(got, want);
+}
+
+static void test_rule(void)
+{
+	static const char text[] =
+		"routing k ids=p0:i32 rows=p1 k=p2*p2 weights=p3 when=p1>0 triton=ids,rows,k,w\n"
+		"kv c slots=p1:i64 count=p2 block=p3 stride=p4 pool=p0 triton=pool,slots,n,bs,st\n";
+	static const int8_t rows_w_dropped[] = { 0, TRITON_DROPPED, 1, TRITON_DROPPED },
+			    ids_dropped[] = { TRITON_DROPPED, 0, 1, 2 },
+			    shifted[] = { 1, 2, 3, 0 },
+			    pool_dropped[] = { TRITON_DROPPED, 0, 1, 2, 3 };
+	struct profile p = { 0 };
+	struct rule placed;
+	char err[256], why[256];
+
+	CU_ASSERT_EQUAL_FATAL(profile_parse(text, "t", &p, err, sizeof err), 0);
+	format_is(&p.rules[0], "routing k ids=p0:i32 weights=p3:f32 rows=p1 k=p2*p2 when=p1>0 "
+		  "triton=ids,rows,k,w");
+	CU_ASSERT_EQUAL(p.rules[0].ntriton, 4);
+	/* rows was 1 and weights None. */
+	CU_ASSERT_EQUAL(rule_place(&p.rules[0], rows_w_dropped, &placed, why, sizeof why), 0);
+	format_is(&placed, "routing k ids=p0:i32 rows=1 k=p1*p1 when=1>0");
+	CU_ASSERT_EQUAL(placed.ntriton, 0);
+	CU_ASSERT_EQUAL(rule_place(&p.rules[0], shifted, &placed, why, sizeof why), 0);
+	format_is(&placed, "routing k ids=p1:i32 weights=p0:f32 rows=p2 k=p3*p3 when=p2>0");
+	CU_ASSERT_EQUAL(rule_place(&p.rules[0], ids_dropped, &placed, why, sizeof why), -1);
+	CU_ASSERT_STRING_EQUAL(why, "ids=ids was None when it was compiled");
+	CU_ASSERT_EQUAL(rule_place(&p.rules[1], pool_dropped, &placed, why, sizeof why), -1);
+	CU_ASSERT_STRING_EQUAL(why, "pool=pool was None when it was compiled");
+	profile_free(&p);
+}
+
+static void test_rule_refused(void)
+{
+	static const struct { const char *text, *err; } t[] = {
+		{ "routing x ids=p3 rows=p1 k=p2 triton=a,b,c",
+		  "t:1:43: ids=p3: triton= names fewer arguments" },
+		{ "routing x ids=p0@8 rows=p1 k=p2 triton=a,b,c",
+		  "t:1:45: ids=p0: a Triton argument is no struct" },
+		{ "routing x ids=p0 rows=p1@4 k=p2 triton=a,b,c",
+		  "t:1:45: rows=p1: a Triton argument is no struct" },
+		{ "routing x ids=p0 rows=p1 k=p2 triton=a,b,a",
+		  "t:1:42: argument 'a' named twice" },
+		{ "routing x ids=p0 rows=p1 k=p2 triton=a,,b", "t:1:40: expected an argument name, got ',b'" },
+		{ "routing x ids=p0 rows=p1 k=p2 triton=1a", "t:1:38: expected an argument name, got '1a'" },
+		{ "routing x ids=p0 rows=p1 k=p2 triton=a-b", "t:1:39: unexpected '-b' in the value of triton=" },
+		{ "routing x ids=p0 rows=p1 k=p2 triton=a triton=b", "t:1:40: duplicate key 'triton'" },
+	};
+	struct profile p = { 0 };
+	char err[256], line[1100];
+	size_t n;
+
+	for (size_t i = 0; i < NELEM(t); i++) {
+		CU_ASSERT_EQUAL(profile_parse(t[i].text, "t", &p, err, sizeof err), -1);
+		if (strcmp(err, t[i].err))
+			fprintf(stderr, "\ncase %zu: got '%s'\n", i, err);
+		CU_ASSERT_STRING_EQUAL(err, t[i].err);
+		CU_ASSERT_EQUAL(p.count, 0);
+	}
+	/* 65 names. */
+	n = (size_t)snprintf(line, sizeof line, "step x triton=");
+	for (int i = 0; i <= RULE_MAX_PARAMS; i++)
+		n += (size_t)snprintf(line + n, sizeof line - n, "%sa%d", i ? "," : "", i);
+	CU_ASSERT_EQUAL(profile_parse(line, "t", &p, err, sizeof err), -1);
+	CU_ASSERT(strstr(err, "triton= lists at most 64 names") != NULL);
+}
+
+/* ---- the corpus: SGLang's router as Triton 3.7.1 compiled it ---------- */
+
+/* tests/engines/triton/sglang-0.5.23, found next to this source (meson runs
+ * tests in the build directory; __FILE__ is relative to it). */
+static const char *corpus_dir(char *buf, size_t len)
+{
+	const char *slash = strrchr(__FILE__, '/');
+
+	snprintf(buf, len, "%.*s/../engines/triton/sglang-0.5.23", slash ?
+		 (int)(slash - __FILE__) : 1, slash ? __FILE__ : ".");
+	return buf;
+}
+
+/* A specialization's parameter table, from its `params` file. */
+static unsigned read_params(const char *dir, const char *spec, uint32_t *sizes)
+{
+	char path[PATH_MAX + 100];
+	unsigned n = 0, ord, off, size;
+	FILE *f;
+
+	snprintf(path, sizeof path, "%s/%s/params", dir, spec);
+	f = fopen(path, "r");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	while (n < TRITON_MAX_ARGS && fscanf(f, "%u %u %u", &ord, &off, &size) == 3) {
+		CU_ASSERT_EQUAL(ord, n);
+		sizes[n++] = size;
+	}
+	fclose(f);
+	return n;
+}
+
+#define ROUTER "routing _router_triton_kernel ids=p3:i32 weights=p2:f32 "
+
+/* Each specialization alone in a cache (as Triton writes it for one
+ * model): the built-in rule placed on it is exactly the rule for its
+ * parameters.  Then all of them in one cache: DeepSeek-V3's M == 1 kernel
+ * and the top-1 model's have equal tables and place the arguments
+ * differently, so there neither is placed (never a guess). */
+static void test_corpus(void)
+{
+	static const struct { const char *spec, *placed; int together; } t[] = {
+		{ "deepseek-v3-m8", ROUTER "rows=p5 k=p12", 0 },
+		{ "deepseek-v3-m1", ROUTER "rows=1 k=p11", -1 },	/* M was 1 */
+		{ "qwen3-m4", ROUTER "rows=p5 k=p13", 0 },
+		{ "top1-m4", ROUTER "rows=p5 k=1", -1 },		/* K was 1 */
+	};
+	char rel[600], dir[PATH_MAX], link[700], why[512], text[PATH_MAX + 100];
+	struct profile p = { 0 };
+	uint32_t sizes[TRITON_MAX_ARGS];
+	int8_t map[TRITON_MAX_ARGS];
+	struct rule placed;
+	int ri;
+
+	/* Absolute: the cache's links to it are read from elsewhere. */
+	CU_ASSERT_PTR_NOT_NULL_FATAL(realpath(corpus_dir(rel, sizeof rel), dir));
+	CU_ASSERT_EQUAL_FATAL(profile_builtin("sglang", &p, why, sizeof why), 0);
+	ri = profile_match(&p, "_router_triton_kernel");
+	CU_ASSERT_FATAL(ri >= 0);
+	for (size_t i = 0; i < NELEM(t); i++) {
+		unsigned n = read_params(dir, t[i].spec, sizes);
+
+		test_path(cache, sizeof cache, "tcache");
+		CU_ASSERT_EQUAL_FATAL(mkdir(cache, 0700), 0);
+		snprintf(link, sizeof link, "%s/%s", cache, t[i].spec);
+		snprintf(text, sizeof text, "%s/%s", dir, t[i].spec);
+		CU_ASSERT_EQUAL_FATAL(symlink(text, link), 0);
+		CU_ASSERT_EQUAL(triton_place(cache, "_router_triton_kernel", sizes, n,
+					     p.rules[ri].triton, p.rules[ri].ntriton, map, why,
+					     sizeof why), 0);
+		CU_ASSERT_EQUAL(rule_place(&p.rules[ri], map, &placed, why, sizeof why), 0);
+		CU_ASSERT_EQUAL(rule_fits(&placed, sizes, n, why, sizeof why), 0);
+		format_is(&placed, t[i].placed);
+		CU_ASSERT_EQUAL(triton_place(dir, "_router_triton_kernel", sizes, n,
+					     p.rules[ri].triton, p.rules[ri].ntriton, map, why,
+					     sizeof why), t[i].together);
+		rm_rf(cache);
+	}
+	profile_free(&p);
+}
+
+int main(void)
+{
+	static CU_TestInfo tests[] = {
+		{ "the IR's signature line", test_parse },
+		{ "a bad signature line is refused", test_parse_refused },
+		{ "arguments placed from a cache, hostile entries skipped", test_place },
+		{ "the cache directory, as Triton finds it", test_cache_dir },
+		{ "a triton= rule placed", test_rule },
+		{ "bad triton= rules refused", test_rule_refused },
+		{ "SGLang's router as Triton compiled it", test_corpus },
+		CU_TEST_INFO_NULL,
+	};
+	static CU_SuiteInfo suites[] = {
+		{ "triton", NULL, NULL, NULL, NULL, tests },
+		CU_SUITE_INFO_NULL,
+	};
+
+	return cu_run(suites);
+}
