@@ -269,9 +269,28 @@ static char *read_ir(int dirfd, const char *path, size_t *n)
 	return buf;
 }
 
-/* Whether sig fits the parameter table: its sizes first, then only
- * scratch pointers. */
-static int sig_fits(const struct triton_sig *s, const uint32_t *sizes, unsigned nparams)
+int triton_entry_sig(int dirfd, const char *entry, const char *kernel, struct triton_sig *s,
+		     char *why, size_t whylen)
+{
+	static const char *const exts[] = { "source", "ttir" };
+	char path[512], *text = NULL;
+	size_t n = 0;
+	int r;
+
+	for (size_t x = 0; !text && x < sizeof exts / sizeof exts[0]; x++) {
+		int k = snprintf(path, sizeof path, "%s/%s.%s", entry, kernel, exts[x]);
+
+		if (k > 0 && (size_t)k < sizeof path)
+			text = read_ir(dirfd, path, &n);
+	}
+	if (!text)
+		return 1;
+	r = triton_sig_parse(text, n, kernel, s, why, whylen);
+	free(text);
+	return r;
+}
+
+int triton_sig_fits(const struct triton_sig *s, const uint32_t *sizes, unsigned nparams)
 {
 	if (s->n > nparams || nparams - s->n > TRITON_MAX_SCRATCH)
 		return 0;
@@ -281,9 +300,7 @@ static int sig_fits(const struct triton_sig *s, const uint32_t *sizes, unsigned 
 	return 1;
 }
 
-/* map for sig from the declared names: 0, or -1 when sig keeps an argument
- * the launcher does not declare, or keeps them out of its order. */
-static int sig_map(const struct triton_sig *s, const char *declared, unsigned ndeclared,
+int triton_sig_map(const struct triton_sig *s, const char *declared, unsigned ndeclared,
 		   int8_t *map)
 {
 	const char *d = declared;
@@ -301,11 +318,10 @@ int triton_place(const char *dir, const char *kernel, const uint32_t *sizes, uns
 		 const char *declared, unsigned ndeclared, int8_t map[TRITON_MAX_ARGS],
 		 char *why, size_t whylen)
 {
-	static const char *const exts[] = { "source", "ttir" };
 	struct triton_sig *s = malloc(sizeof *s);
 	int8_t cand[TRITON_MAX_ARGS];
 	unsigned fits = 0, other = 0, read = 0;
-	char path[512], first[NAME_MAX + 1] = "";
+	char first[NAME_MAX + 1] = "";
 	struct dirent *e;
 	DIR *d;
 	int r = -1;
@@ -322,35 +338,24 @@ int triton_place(const char *dir, const char *kernel, const uint32_t *sizes, uns
 		goto out;
 	}
 	while ((e = readdir(d))) {
-		char *text = NULL;
-		size_t n = 0, x;
+		int got;
 
-		if (e->d_name[0] == '.')
-			continue;
-		for (x = 0; !text && x < sizeof exts / sizeof exts[0]; x++) {
-			int k = snprintf(path, sizeof path, "%s/%s.%s", e->d_name, kernel, exts[x]);
-
-			if (k > 0 && (size_t)k < sizeof path)
-				text = read_ir(dirfd(d), path, &n);
-		}
-		if (!text)
+		if (e->d_name[0] == '.' ||
+		    (got = triton_entry_sig(dirfd(d), e->d_name, kernel, s, why, whylen)) > 0)
 			continue;
 		read++;
-		if (triton_sig_parse(text, n, kernel, s, why, whylen) == 0 &&
-		    sig_fits(s, sizes, nparams)) {
-			if (sig_map(s, declared, ndeclared, cand) < 0) {
+		if (got == 0 && triton_sig_fits(s, sizes, nparams)) {
+			if (triton_sig_map(s, declared, ndeclared, cand) < 0) {
 				other++;
 			} else if (!fits++) {
 				memcpy(map, cand, ndeclared);
 				snprintf(first, sizeof first, "%s", e->d_name);
 			} else if (memcmp(map, cand, ndeclared)) {
-				free(text);
 				fail(why, whylen, "its entries %s and %s in %s place the arguments "
 				     "differently", first, e->d_name, dir);
 				goto close;
 			}
 		}
-		free(text);
 	}
 	if (fits)
 		r = 0;

@@ -41,6 +41,23 @@ struct triton_sig {
 int triton_sig_parse(const char *text, size_t len, const char *kernel, struct triton_sig *s,
 		     char *why, size_t whylen);
 
+/* The signature of `kernel` in the cache entry `entry` (a directory, at
+ * dirfd): read from <entry>/<kernel>.source, else .ttir (a symbolic link,
+ * a file that is not regular or over 64 MiB is no IR).  0, 1 when there
+ * is no IR, or -1 with why (triton_sig_parse). */
+int triton_entry_sig(int dirfd, const char *entry, const char *kernel, struct triton_sig *s,
+		     char *why, size_t whylen);
+
+/* Whether s is the signature of a kernel with this parameter table: its
+ * sizes, then at most TRITON_MAX_SCRATCH 8-byte parameters.  1 or 0. */
+int triton_sig_fits(const struct triton_sig *s, const uint32_t *sizes, unsigned nparams);
+
+/* map[0..ndeclared-1] for s from the declared names (NUL-separated): each
+ * one's parameter index in s, or TRITON_DROPPED.  0, or -1 when s keeps an
+ * argument not declared, or keeps them in another order. */
+int triton_sig_map(const struct triton_sig *s, const char *declared, unsigned ndeclared,
+		   int8_t *map);
+
 /*
  * Place the `ndeclared` argument names of `declared` (NUL-separated, the
  * launcher's order) for a kernel with parameter table sizes[0..nparams-1]:

@@ -12,8 +12,13 @@
  * (top-k, gating, router) or KV-cache writes that no rule owns are
  * listed, by name.  A rule that misfits a kernel it owns would read the
  * wrong bytes; it fails the check (exit status 1).
+ *
+ * A directory is Triton's cache (or the corpus of one, tests/engines/
+ * triton/): each entry's IR names the arguments its kernel kept, and a
+ * triton= rule is placed on the kernel as the preload places it.
  */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
@@ -21,12 +26,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "corpus.h"
 #include "devcode.h"
 #include "json.h"
 #include "profile.h"
+#include "triton.h"
 
 /* libstdc++'s demangler (the C++ ABI's), for the names in binaries. */
 char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
@@ -59,6 +66,7 @@ struct file_check {
 	char path[4096];
 	char package[128], version[64];
 	int binary;			/* dev holds what the file is */
+	int triton;			/* a Triton cache directory */
 	struct devcode_file dev;
 	unsigned kernels;
 	struct rule_tally *rules;	/* by rule index */
@@ -302,12 +310,44 @@ static int count_unmatched(struct file_check *fc, const char *name)
 	return 0;
 }
 
+/* Whether rule r, triton=, placed on the kernel whose kept arguments sig
+ * names fits its table: 0, or -1 with why.  Without the IR (a kernel of a
+ * binary or corpus file) it cannot be placed. */
+static int triton_fits(const struct rule *r, const struct triton_sig *sig,
+		       const struct corpus_kernel *k, char *why, size_t len)
+{
+	int8_t map[TRITON_MAX_ARGS];
+	struct rule placed;
+
+	if (!sig) {
+		snprintf(why, len, "a Triton rule: its places come from the IR in Triton's cache; "
+			 "check that directory");
+		return -1;
+	}
+	if (!triton_sig_fits(sig, k->sizes, k->nparams)) {
+		snprintf(why, len, "the IR keeps %u arguments that do not make its %u parameters",
+			 sig->n, k->nparams);
+		return -1;
+	}
+	if (triton_sig_map(sig, r->triton, r->ntriton, map) < 0) {
+		snprintf(why, len, "the IR keeps an argument the rule does not list, or in "
+			 "another order");
+		return -1;
+	}
+	if (rule_place(r, map, &placed, why, len) < 0)
+		return -1;
+	return rule_fits(&placed, k->sizes, k->nparams, why, len);
+}
+
 /* One kernel of the file, or another architecture's table of one (a
- * disagree line): to its rule, or to the unmatched names. */
-static int check_kernel(struct check *c, struct file_check *fc, const struct corpus_kernel *k)
+ * disagree line): to its rule, or to the unmatched names.  sig: a Triton
+ * kernel's IR signature, or NULL. */
+static int check_kernel(struct check *c, struct file_check *fc, const struct corpus_kernel *k,
+			const struct triton_sig *sig)
 {
 	int ri = profile_match(&c->prof, k->mangled);
 	char name[NAME_MAX_LEN], why[160];
+	const struct rule *r;
 	struct rule_tally *t;
 
 	if (k->demangled)
@@ -318,14 +358,15 @@ static int check_kernel(struct check *c, struct file_check *fc, const struct cor
 		base_name(k->demangled, name, sizeof name);
 		return telling(name) ? count_unmatched(fc, name) : 0;
 	}
+	r = &c->prof.rules[ri];
 	t = &fc->rules[ri];
 	t->matched += k->demangled != NULL;
 	if (!k->known)
 		snprintf(why, sizeof why, "its cubin has no parameter table: the rule cannot be "
 			 "checked");
-	else if (rule_fits(&c->prof.rules[ri], k->sizes, k->nparams, why, sizeof why) == 0 &&
-		 (!k->demangled ||
-		  rule_typed(c, &c->prof.rules[ri], k->demangled, why, sizeof why) == 0))
+	else if (r->ntriton ? triton_fits(r, sig, k, why, sizeof why) == 0 :
+		 rule_fits(r, k->sizes, k->nparams, why, sizeof why) == 0 &&
+		 (!k->demangled || rule_typed(c, r, k->demangled, why, sizeof why) == 0))
 		return 0;
 	if (t->misfits < SHOWN_MISFITS) {
 		snprintf(t->shown[t->misfits].kernel, NAME_MAX_LEN, "%s%s%s",
@@ -376,7 +417,7 @@ static int read_corpus(struct check *c, struct file_check *fc, FILE *f)
 				       why);
 			goto out;
 		}
-		if (r && check_kernel(c, fc, k) < 0) {
+		if (r && check_kernel(c, fc, k, NULL) < 0) {
 			ret = cli_fail(c->cmd, c->json, EXIT_USAGE, "out of memory");
 			goto out;
 		}
@@ -487,7 +528,7 @@ static int check_tables(struct check *c, struct file_check *fc, const struct tab
 			snprintf(sm, sizeof sm, "sm_%u", e->sm);
 			k->sms = sm;
 		}
-		ret = check_kernel(c, fc, k);
+		ret = check_kernel(c, fc, k, NULL);
 		free(demangled);
 	}
 	free(k);
@@ -520,15 +561,130 @@ static int read_binary(struct check *c, struct file_check *fc, int fd)
 	return ret;
 }
 
-/* Read fc->path, a corpus file or device code: 0, or EXIT_USAGE once
+/* ---- Triton's cache ------------------------------------------------------------ */
+
+/* The table of `kernel` in cache entry `entry`: from its cubin, else from
+ * a corpus's `params` lines ("ORDINAL OFFSET SIZE").  k->known stays 0
+ * without either. */
+static void entry_table(int dirfd, const char *entry, const char *kernel, struct corpus_kernel *k)
+{
+	struct tables t = { 0 };
+	struct devcode_file dev;
+	char path[600], why[200];
+	unsigned ord, off, size;
+	FILE *f;
+	int fd;
+
+	snprintf(path, sizeof path, "%s/%s.cubin", entry, kernel);
+	if ((fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC)) >= 0) {
+		if (devcode_read(fd, keep_table, &t, &dev, why, sizeof why) == 0)
+			for (size_t i = 0; i < t.n && !k->known; i++)
+				if (!strcmp(t.v[i].name, kernel) && t.v[i].nparams <= CORPUS_MAX_PARAMS) {
+					k->nparams = t.v[i].nparams;
+					memcpy(k->sizes, t.v[i].sizes, k->nparams * sizeof *k->sizes);
+					k->known = 1;
+				}
+		for (size_t i = 0; i < t.n; i++) {
+			free(t.v[i].name);
+			free(t.v[i].sizes);
+		}
+		free(t.v);
+		close(fd);
+		return;
+	}
+	snprintf(path, sizeof path, "%s/params", entry);
+	if ((fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC)) < 0 || !(f = fdopen(fd, "r"))) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while (k->nparams < CORPUS_MAX_PARAMS && fscanf(f, "%u %u %u", &ord, &off, &size) == 3 &&
+	       ord == k->nparams)
+		k->sizes[k->nparams++] = size;
+	k->known = feof(f) != 0;
+	fclose(f);
+}
+
+/* The kernels of one cache entry: each IR file's (.source, or .ttir
+ * without one). */
+static int check_entry(struct check *c, struct file_check *fc, int cachefd, const char *entry,
+		       struct triton_sig *sig)
+{
+	struct corpus_kernel *k = malloc(sizeof *k);
+	char kernel[256], source[300], shown[NAME_MAX_LEN], why[200];
+	struct dirent *e;
+	DIR *d = NULL;
+	int fd = openat(cachefd, entry, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (!k || fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		free(k);
+		return k ? 0 : -1;
+	}
+	while ((e = readdir(d))) {
+		const char *dot = strrchr(e->d_name, '.');
+		size_t n = dot ? (size_t)(dot - e->d_name) : 0;
+
+		if (!n || n >= sizeof kernel ||
+		    (strcmp(dot, ".source") && strcmp(dot, ".ttir")))
+			continue;
+		memcpy(kernel, e->d_name, n);
+		kernel[n] = '\0';
+		snprintf(source, sizeof source, "%s.source", kernel);
+		if (!strcmp(dot, ".ttir") && faccessat(dirfd(d), source, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+			continue;	/* the .source is read instead */
+		/* Named with its entry, where many share the name. */
+		snprintf(shown, sizeof shown, "%.150s (entry %.80s)", kernel, entry);
+		*k = (struct corpus_kernel){ .lib = fc->path, .mangled = kernel, .demangled = shown };
+		entry_table(cachefd, entry, kernel, k);
+		if (triton_entry_sig(cachefd, entry, kernel, sig, why, sizeof why) != 0)
+			k->known = 0;
+		if (check_kernel(c, fc, k, k->known ? sig : NULL) < 0)
+			break;
+	}
+	closedir(d);
+	free(k);
+	return 0;
+}
+
+/* Read the Triton cache directory open at fd (taken): 0, or EXIT_USAGE once
  * said why. */
+static int read_triton(struct check *c, struct file_check *fc, int fd)
+{
+	struct triton_sig *sig = malloc(sizeof *sig);
+	struct dirent *e;
+	DIR *d = fdopendir(fd);
+	int ret = 0;
+
+	fc->triton = 1;
+	if (!d || !sig) {
+		if (!d)
+			close(fd);
+		free(sig);
+		return cli_fail(c->cmd, c->json, EXIT_USAGE, "%s: %s", fc->path,
+				d ? "out of memory" : strerror(errno));
+	}
+	while (!ret && (e = readdir(d)))
+		if (e->d_name[0] != '.' && check_entry(c, fc, dirfd(d), e->d_name, sig) < 0)
+			ret = cli_fail(c->cmd, c->json, EXIT_USAGE, "out of memory");
+	closedir(d);
+	free(sig);
+	return ret;
+}
+
+/* Read fc->path, a corpus file, device code or Triton's cache: 0, or
+ * EXIT_USAGE once said why. */
 static int read_file(struct check *c, struct file_check *fc)
 {
 	uint8_t head[8];
 	ssize_t got;
 	FILE *f;
 	int fd = open(fc->path, O_RDONLY | O_CLOEXEC), ret;
+	struct stat st;
 
+	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode))
+		return read_triton(c, fc, fd);
 	if (fd < 0 || (got = pread(fd, head, sizeof head, 0)) < 0) {
 		ret = cli_fail(c->cmd, c->json, EXIT_USAGE, "%s: %s", fc->path, strerror(errno));
 		if (fd >= 0)
@@ -578,11 +734,13 @@ static void describe_binary(const struct devcode_file *d, char *out, size_t len)
 
 static void print_text(const struct check *c, const struct file_check *fc)
 {
-	char label[64], text[512];
+	char label[64], text[1200];
 
 	if (fc->binary) {
 		describe_binary(&fc->dev, text, sizeof text);
 		printf("%s: %s, %u kernels\n", fc->path, text, fc->kernels);
+	} else if (fc->triton) {
+		printf("%s: Triton cache, %u kernels\n", fc->path, fc->kernels);
 	} else {
 		printf("%s: %s %s, %u kernels\n", fc->path, fc->package[0] ? fc->package : "?",
 		       fc->version[0] ? fc->version : "?", fc->kernels);
@@ -614,13 +772,14 @@ static void print_text(const struct check *c, const struct file_check *fc)
 
 static void json_file(const struct check *c, struct json *j, const struct file_check *fc)
 {
-	char label[64], text[512];
+	char label[64], text[1200];
 
 	json_obj_begin(j);
 	json_kv_str(j, "path", fc->path);
 	json_kv_str(j, "package", fc->package[0] ? fc->package : NULL);
 	json_kv_str(j, "version", fc->version[0] ? fc->version : NULL);
-	json_kv_str(j, "kind", fc->binary ? kind_names[fc->dev.kind] : "corpus");
+	json_kv_str(j, "kind", fc->binary ? kind_names[fc->dev.kind] :
+		    fc->triton ? "triton" : "corpus");
 	if (fc->binary) {
 		json_kv_u64(j, "cubins", fc->dev.cubins);
 		json_kv_u64(j, "ptx", fc->dev.ptx);
@@ -765,14 +924,19 @@ const struct cli_command cmd_profile = {
 	"package's cubins by tools/engines/corpus.sh), or device code itself: a\n"
 	"cubin, a fatbin, or a shared library or program with a .nv_fatbin\n"
 	"section (an engine's _C.abi3.so), its cubins compressed or not (zstd and\n"
-	"LZ4 through the system's libzstd.so.1 and liblz4.so.1).  Their kernels\n"
-	"have parameter tables; in a binary a kernel is counted once, its sm_90\n"
-	"table read first and another architecture's checked where it differs.\n"
+	"LZ4 through the system's libzstd.so.1 and liblz4.so.1), or a directory:\n"
+	"Triton's cache (~/.triton/cache; or its corpus, tests/engines/triton/),\n"
+	"each entry's kernel read from its IR (.source or .ttir) and its cubin\n"
+	"(or a corpus's params).  Their kernels have parameter tables; in a\n"
+	"binary a kernel is counted once, its sm_90 table read first and another\n"
+	"architecture's checked where it differs.\n"
 	"Every kernel goes to the rule that owns it, as the preload decides (the\n"
 	"first rule whose pattern matches its mangled name),\n"
 	"and the rule's positions are checked against the kernel's table: every\n"
 	"parameter it reads exists, a pointer is 8 bytes, an integer 1, 2, 4 or 8\n"
-	"(:i32 and :i64 exactly 4 and 8), and a field lies inside its struct.\n"
+	"(:i32 and :i64 exactly 4 and 8), and a field lies inside its struct;\n"
+	"a triton= rule is first placed on each Triton kernel from its IR, as\n"
+	"the preload places it.\n"
 	"Prints per file each rule that owns kernels, how many, and those it\n"
 	"misfits; then the kernels no rule owns whose names say routing or KV\n"
 	"cache (topk, gating, router, cache, ...), by name.\n"

@@ -14,18 +14,22 @@
 #            (its "lib" lines: cu*Launch*, cuda*Launch*, __cudaLaunch*; not
 #            cudaLaunchHostFunc, a host callback) is a symbol LIBMOEFT
 #            exports, so no launch of a released engine goes around moeft
+#   triton   a Triton cache directory: SGLang's router of the corpus
+#            (triton/sglang-0.5.23, four specializations) placed and
+#            fitting; entries it cannot be placed on said, exit 1
 #   binary   the same on device code built by nvcc (kernels.cu, misfit.cu):
 #            a library with plain, zstd and LZ4 cubins, a cubin and a
 #            fatbin read to the same kernels and answers; every table read
 #            (DUMP_TABLES) equals the corpus's table of the same mangled
 #            name, as cuobjdump read it from the wheels; misfits said, one
 #            of sm_80 only; truncated, bit-flipped and foreign files refused
-#            with their reason, exit 2
+#            with their reason, exit 2; a Triton kernel's cubin
+#            (router_triton.cu) alone a misfit, beside its IR placed
 #
 # Usage: check.sh CHECK MOEFT ENGINES_DIR
 #        check.sh launches MOEFT ENGINES_DIR LIBMOEFT
 #        check.sh binary MOEFT ENGINES_DIR DUMP_TABLES LIBFIT LIBFIT_ZSTD LIBFIT_LZ4
-#                 FIT_CUBIN FIT_FATBIN LIBMISFIT
+#                 FIT_CUBIN FIT_FATBIN LIBMISFIT ROUTER_TRITON_CUBIN
 set -u
 
 check=$1 moeft=$2 engines=$3
@@ -156,7 +160,7 @@ entry points in the corpus: $(cat "$dir/imported")"
 	echo "engines check.sh launches: $(tr '\n' ' ' <"$dir/imported")all interposed"
 	;;
 binary)
-	dump=$4 lib=$5 zstd=$6 lz4=$7 cubin=$8 fatbin=$9 misfit=${10}
+	dump=$4 lib=$5 zstd=$6 lz4=$7 cubin=$8 fatbin=$9 misfit=${10} router=${11}
 	for f in "$lib" "$zstd" "$lz4" "$cubin" "$fatbin"; do
 		"$moeft" profile check --json "$f" >"$dir/$(basename "$f").json" 2>"$dir/err" ||
 			fail "$f: exit $?: $(cat "$dir/err")"
@@ -295,6 +299,63 @@ cubin and no PTX" "$dir/empty.fatbin"
 	expect 2 "moeft profile: $dir/shoff.cubin: section 0 is of type 3, not SHT_NULL: no \
 section table" "$dir/shoff.cubin"
 	[ "$cut_size" -gt 3000 ] || fail "$lib: $cut_size bytes, too small to cut"
+	# a Triton kernel's cubin: alone, its rule cannot be placed (misfit);
+	# in a cache entry beside its IR, placed and fitting
+	misfits "$router" "          a Triton rule: its places come from the IR in Triton's \
+cache; check that directory" "MISFITS: 1 misfit"
+	mkdir -p "$dir/cache/e"
+	cp "$router" "$dir/cache/e/_router_triton_kernel.cubin"
+	cp "$engines/triton/sglang-0.5.23/deepseek-v3-m8/_router_triton_kernel.source" "$dir/cache/e/"
+	"$moeft" profile check "$dir/cache" >"$dir/report" 2>"$dir/err" ||
+		fail "cache: exit $?: $(cat "$dir/report" "$dir/err")"
+	grep -qxF "$dir/cache: Triton cache, 1 kernels" "$dir/report" &&
+		grep -qxF "      1 kernel, positions and types fit" "$dir/report" ||
+		fail "cache: $(cat "$dir/report")"
+	;;
+triton)
+	# the corpus: SGLang's router as Triton compiled it, four ways; each
+	# entry's IR places the rule, which fits its table
+	corpus=$engines/triton/sglang-0.5.23
+	"$moeft" profile check "$corpus" >"$dir/report" 2>"$dir/err" ||
+		fail "exit $?: $(cat "$dir/report" "$dir/err")"
+	cat "$dir/report"
+	"$moeft" profile check --json "$corpus" >"$dir/json" || fail "--json: exit $?"
+	python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+f = d["files"][0]
+assert d["status"] == "ok" and f["kind"] == "triton" and f["kernels"] == 4, d
+assert [(r["rule"].split(":")[0], r["matched"], r["misfits"]) for r in f["rules"]] == \
+       [("sglang", 4, 0)], f["rules"]' "$dir/json" || fail "--json: $(cat "$dir/json")"
+	# entries the rule cannot be placed on: the ids None when it was
+	# compiled, a table one short, another version's argument, no table
+	python3 - "$corpus/deepseek-v3-m8" "$dir/bad" <<'PY' || fail "(above)"
+import os, re, sys
+src, out = sys.argv[1:]
+ir = open(f"{src}/_router_triton_kernel.source").read()
+params = [l.split() for l in open(f"{src}/params")]
+def entry(name, ir, params):
+    os.makedirs(f"{out}/{name}")
+    open(f"{out}/{name}/_router_triton_kernel.source", "w").write(ir)
+    if params is not None:
+        open(f"{out}/{name}/params", "w").write(
+            "".join(f"{i} {p[1]} {p[2]}\n" for i, p in enumerate(params)))
+noids = re.sub(r"%out_indices_ptr: [^,]*, ", "", ir)
+assert noids != ir
+entry("noids", noids, params[:3] + params[4:])
+entry("short", ir, params[:-3])
+entry("v2", ir.replace("%M: ", "%num_tokens: ").replace('loc("M"', 'loc("num_tokens"'), params)
+out += "2"
+entry("noparams", ir, None)
+PY
+	misfits "$dir/bad" \
+		"          ids=out_indices_ptr was None when it was compiled" \
+		"          the IR keeps 15 arguments that do not make its 14 parameters" \
+		"          the IR keeps an argument the rule does not list, or in another order" \
+		"MISFITS: 3 misfits"
+	grep -qF "_router_triton_kernel (entry noids)" "$dir/report" || fail "entries not named"
+	misfits "$dir/bad2" \
+		"          its cubin has no parameter table: the rule cannot be checked" \
+		"MISFITS: 1 misfit"
 	;;
 *)
 	fail "unknown check"

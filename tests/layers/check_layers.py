@@ -6,8 +6,9 @@ Usage: check_layers.py SOURCE_ROOT [SHIM_ARCHIVE]
 1. Every #include of a production folder that names one of the project's
    headers ("..." always, <...> when no system header has that name)
    resolves to a header of a folder it may depend on: dependencies point
-   down (tools -> include, preload's plan.h, reqindex.h, config.h and
-   profile.h (the rules, for moeft profile check), wal, kernels;
+   down (tools -> include, preload's plan.h, reqindex.h, config.h,
+   profile.h and triton.h (the rules and their placement on Triton
+   kernels, for moeft profile check), wal, kernels;
    preload -> include,
    shim's shim.h and kernel_id.h, wal, kernels; the demo serving program ->
    wal; the shim, wal, kernels and include know only themselves), and none
@@ -36,7 +37,7 @@ ALLOWED = {
     "preload": {"preload": ANY, "include": ANY, "wal": ANY, "kernels": ANY,
                 "shim": {"shim.h", "kernel_id.h"}},
     "tools": {"tools": ANY, "include": ANY, "wal": ANY, "kernels": ANY,
-              "preload": {"plan.h", "reqindex.h", "config.h", "profile.h"}},
+              "preload": {"plan.h", "reqindex.h", "config.h", "profile.h", "triton.h"}},
     "demo": {"demo": ANY, "wal": ANY},
 }
 SYSTEM_DIRS = ["/usr/include", "/usr/local/include", "/usr/local/cuda/include"]
