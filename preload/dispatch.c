@@ -32,6 +32,8 @@ _Static_assert(SAME(SHIM_LOG_ERROR, WAL_LOG_ERROR) && SAME(SHIM_LOG_WARN, WAL_LO
 	       "message levels");
 #undef SAME
 _Static_assert(KID_MAX_PARAMS == RULE_MAX_PARAMS, "the cache keeps every size a rule reads");
+_Static_assert(TRITON_MAX_ARGS == RULE_MAX_PARAMS && TRITON_ELEM_MAX == RULE_ELEM_MAX,
+	       "a Triton signature places every name a rule lists");
 
 /* Kernels a triton= rule is placed on (one per compiled specialization). */
 #define PLACED_MAX 256
@@ -92,8 +94,8 @@ static int place(int rule, const char *name, const uint32_t *sizes, unsigned npa
 		 char *why, size_t len)
 {
 	const struct rule *r = &dp.prof->rules[rule];
+	char dir[PATH_MAX], elem[TRITON_MAX_ARGS][TRITON_ELEM_MAX];
 	int8_t map[TRITON_MAX_ARGS];
-	char dir[PATH_MAX];
 	struct placed *p;
 
 	if (dp.nplaced == PLACED_MAX) {
@@ -106,8 +108,9 @@ static int place(int rule, const char *name, const uint32_t *sizes, unsigned npa
 			 "and HOME unset)");
 		return -1;
 	}
-	if (triton_place(dir, name, sizes, nparams, r->triton, r->ntriton, map, why, len) < 0 ||
-	    rule_place(r, map, &p->rule, why, len) < 0)
+	if (triton_place(dir, name, sizes, nparams, r->triton, r->ntriton, map, elem, why,
+			 len) < 0 ||
+	    rule_place(r, map, (const char (*)[RULE_ELEM_MAX])elem, &p->rule, why, len) < 0)
 		return -1;
 	p->origin = rule;
 	return (int)(dp.prof->count + dp.nplaced++);

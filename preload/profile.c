@@ -1093,21 +1093,44 @@ static void place_val(struct rule_val *v, const int8_t *map)
 	}
 }
 
-int rule_place(const struct rule *r, const int8_t *map, struct rule *out, char *why,
-	       size_t len)
+/* Whether argument ref points at the rule's dtype: 0, or -1 with why. */
+static int elem_is(const struct rule *r, const char *key, const struct rule_ref *ref,
+		   const char (*elem)[RULE_ELEM_MAX], char *why, size_t len)
 {
+	const char *want = ref->dtype == RULE_U32 ? "i32" : dtype_names[ref->dtype];
+	const char *got = elem[ref->param];
+
+	if (!strcmp(got, want))
+		return 0;
+	if (*got)
+		snprintf(why, len, "%s=%s points at %s, the rule reads %s", key,
+			 triton_name(r, ref->param), got, dtype_names[ref->dtype]);
+	else
+		snprintf(why, len, "%s=%s: the IR does not say what it points at", key,
+			 triton_name(r, ref->param));
+	return -1;
+}
+
+int rule_place(const struct rule *r, const int8_t *map, const char (*elem)[RULE_ELEM_MAX],
+	       struct rule *out, char *why, size_t len)
+{
+	const char *key = r->kind == RULE_ROUTING ? "ids" : "slots";
 	unsigned i;
 
 	*out = *r;
 	out->ntriton = 0;
 	memset(out->triton, 0, sizeof out->triton);
 	if (r->kind != RULE_STEP && place_ref(&out->ref, map)) {
-		snprintf(why, len, "%s=%s was None when it was compiled",
-			 r->kind == RULE_ROUTING ? "ids" : "slots", triton_name(r, r->ref.param));
+		snprintf(why, len, "%s=%s was None when it was compiled", key,
+			 triton_name(r, r->ref.param));
 		return -1;
 	}
+	if (r->kind != RULE_STEP && elem_is(r, key, &r->ref, elem, why, len) < 0)
+		return -1;
 	if (out->weights.dtype && place_ref(&out->weights, map))
 		out->weights = (struct rule_ref){ 0 };
+	else if (out->weights.dtype && elem_is(r, "weights", &r->weights, elem, why, len) < 0)
+		return -1;
 	for (i = 0; i < out->npool; i++)
 		if (place_ref(&out->pool[i], map)) {
 			snprintf(why, len, "pool=%s was None when it was compiled",

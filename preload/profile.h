@@ -25,6 +25,7 @@
 #define RULE_LABEL_MAX 32
 #define PROFILE_LINE_MAX 1024  /* bytes per line, newline excluded */
 #define RULE_TRITON_MAX 1024   /* bytes of triton= names, NULs included */
+#define RULE_ELEM_MAX 8        /* bytes of an element type's name, NUL included */
 
 enum rule_kind { RULE_ROUTING = 1, RULE_KV = 2, RULE_STEP = 3 };
 
@@ -217,11 +218,15 @@ int rule_fits(const struct rule *r, const uint32_t *sizes, unsigned nparams, cha
  * The plain rule a triton= rule is for one compiled kernel: each pN
  * (an index into r->triton) replaced by its parameter index map[N]
  * (triton.h), and an argument Triton dropped by what it was: an integer
- * by the constant 1, weights= by none.  0, or -1 with why when ids=,
- * slots= or a pool= argument was dropped (None: nothing to read).
+ * by the constant 1, weights= by none.  elem[N]: what argument N points at
+ * as Triton's IR names it ("i32", "i64", "f32", "bf16", "f16"; "" not
+ * known), which must be what the rule reads for ids=, slots= and weights=
+ * (u32 is "i32": the IR's integers carry no sign).  0, or -1 with why when
+ * ids=, slots= or a pool= argument was dropped (None: nothing to read), or
+ * an element type is not the rule's.
  */
-int rule_place(const struct rule *r, const int8_t *map, struct rule *out, char *why,
-	       size_t len);
+int rule_place(const struct rule *r, const int8_t *map, const char (*elem)[RULE_ELEM_MAX],
+	       struct rule *out, char *why, size_t len);
 
 /* Write r back in canonical text form (one line, no newline); returns the
  * length it needed, like snprintf. */

@@ -146,6 +146,18 @@ static int parse_arg(struct cur *c, struct triton_sig *s, char *why, size_t len)
 	if (!(size = type_size(type, ntype)))
 		return fail(why, len, "argument %u: type '%.*s' of unknown size", i,
 			    ntype > 40 ? 40 : (int)ntype, type);
+	s->elem[i][0] = '\0';
+	/* !tt.ptr<T> or !tt.ptr<T, SPACE>: T when it is a plain type name. */
+	if (size == 8 && ntype > 9 && type[0] == '!') {
+		size_t n = 0;
+
+		while (8 + n < ntype && is_ident(type[8 + n]))
+			n++;
+		if (n && n < TRITON_ELEM_MAX && (type[8 + n] == '>' || type[8 + n] == ',')) {
+			memcpy(s->elem[i], type + 8, n);
+			s->elem[i][n] = '\0';
+		}
+	}
 	skip_space(c);
 	if (at(c, "{") && skip_nested(c, '{', '}') < 0)
 		return fail(why, len, "argument %u: attributes cut short", i);
@@ -314,10 +326,18 @@ int triton_sig_map(const struct triton_sig *s, const char *declared, unsigned nd
 	return k == s->n ? 0 : -1;
 }
 
+void triton_sig_elems(const struct triton_sig *s, const int8_t *map, unsigned ndeclared,
+		      char elem[][TRITON_ELEM_MAX])
+{
+	for (unsigned i = 0; i < ndeclared; i++)
+		snprintf(elem[i], TRITON_ELEM_MAX, "%s", map[i] < 0 ? "" : s->elem[map[i]]);
+}
+
 int triton_place(const char *dir, const char *kernel, const uint32_t *sizes, unsigned nparams,
 		 const char *declared, unsigned ndeclared, int8_t map[TRITON_MAX_ARGS],
-		 char *why, size_t whylen)
+		 char elem[TRITON_MAX_ARGS][TRITON_ELEM_MAX], char *why, size_t whylen)
 {
+	char cand_elem[TRITON_MAX_ARGS][TRITON_ELEM_MAX];
 	struct triton_sig *s = malloc(sizeof *s);
 	int8_t cand[TRITON_MAX_ARGS];
 	unsigned fits = 0, other = 0, read = 0;
@@ -349,11 +369,19 @@ int triton_place(const char *dir, const char *kernel, const uint32_t *sizes, uns
 				other++;
 			} else if (!fits++) {
 				memcpy(map, cand, ndeclared);
+				triton_sig_elems(s, map, ndeclared, elem);
 				snprintf(first, sizeof first, "%s", e->d_name);
 			} else if (memcmp(map, cand, ndeclared)) {
 				fail(why, whylen, "its entries %s and %s in %s place the arguments "
 				     "differently", first, e->d_name, dir);
 				goto close;
+			} else {
+				/* Which one runs is not known: a type they disagree
+				 * on is not known either. */
+				triton_sig_elems(s, cand, ndeclared, cand_elem);
+				for (unsigned i = 0; i < ndeclared; i++)
+					if (strcmp(elem[i], cand_elem[i]))
+						elem[i][0] = '\0';
 			}
 		}
 	}

@@ -24,12 +24,15 @@
 #define TRITON_NAME_MAX 64          /* bytes of an argument name, NUL included */
 #define TRITON_MAX_SCRATCH 2        /* pointers Triton appends (3.5 and later: 2) */
 #define TRITON_DROPPED (-1)         /* map[]: folded into the code (1 or None) */
+#define TRITON_ELEM_MAX 8           /* bytes of a pointee type's name, NUL included */
 
 /* The arguments a compiled kernel kept, in parameter order. */
 struct triton_sig {
 	unsigned n;
 	char name[TRITON_MAX_ARGS][TRITON_NAME_MAX];
 	uint8_t size[TRITON_MAX_ARGS];  /* bytes of the parameter */
+	/* a pointer's element type as the IR names it ("i32", "bf16"), else "" */
+	char elem[TRITON_MAX_ARGS][TRITON_ELEM_MAX];
 };
 
 /*
@@ -58,10 +61,15 @@ int triton_sig_fits(const struct triton_sig *s, const uint32_t *sizes, unsigned 
 int triton_sig_map(const struct triton_sig *s, const char *declared, unsigned ndeclared,
 		   int8_t *map);
 
+/* elem[i]: what declared argument i (placed by map) points at in s, or "". */
+void triton_sig_elems(const struct triton_sig *s, const int8_t *map, unsigned ndeclared,
+		      char elem[][TRITON_ELEM_MAX]);
+
 /*
  * Place the `ndeclared` argument names of `declared` (NUL-separated, the
  * launcher's order) for a kernel with parameter table sizes[0..nparams-1]:
- * map[i] = its parameter index, or TRITON_DROPPED.  The cache entries of
+ * map[i] = its parameter index, or TRITON_DROPPED; elem[i] what it points
+ * at ("" where not a pointer, or where entries disagree).  The cache entries of
  * `kernel` are read; those whose signature fits the table (sizes equal,
  * then at most TRITON_MAX_SCRATCH 8-byte parameters) and names only
  * declared arguments, in order, must all give the same map.  dir: the cache
@@ -70,7 +78,7 @@ int triton_sig_map(const struct triton_sig *s, const char *declared, unsigned nd
  */
 int triton_place(const char *dir, const char *kernel, const uint32_t *sizes, unsigned nparams,
 		 const char *declared, unsigned ndeclared, int8_t map[TRITON_MAX_ARGS],
-		 char *why, size_t whylen);
+		 char elem[TRITON_MAX_ARGS][TRITON_ELEM_MAX], char *why, size_t whylen);
 
 /* Triton's cache directory, from the environment as Triton reads it: 0, or
  * -1 (no HOME, or a path longer than len). */

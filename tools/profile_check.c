@@ -316,6 +316,7 @@ static int count_unmatched(struct file_check *fc, const char *name)
 static int triton_fits(const struct rule *r, const struct triton_sig *sig,
 		       const struct corpus_kernel *k, char *why, size_t len)
 {
+	char elem[TRITON_MAX_ARGS][TRITON_ELEM_MAX];
 	int8_t map[TRITON_MAX_ARGS];
 	struct rule placed;
 
@@ -334,7 +335,8 @@ static int triton_fits(const struct rule *r, const struct triton_sig *sig,
 			 "another order");
 		return -1;
 	}
-	if (rule_place(r, map, &placed, why, len) < 0)
+	triton_sig_elems(sig, map, r->ntriton, elem);
+	if (rule_place(r, map, (const char (*)[RULE_ELEM_MAX])elem, &placed, why, len) < 0)
 		return -1;
 	return rule_fits(&placed, k->sizes, k->nparams, why, len);
 }

@@ -327,7 +327,8 @@ assert d["status"] == "ok" and f["kind"] == "triton" and f["kernels"] == 4, d
 assert [(r["rule"].split(":")[0], r["matched"], r["misfits"]) for r in f["rules"]] == \
        [("sglang", 4, 0)], f["rules"]' "$dir/json" || fail "--json: $(cat "$dir/json")"
 	# entries the rule cannot be placed on: the ids None when it was
-	# compiled, a table one short, another version's argument, no table
+	# compiled, a table one short, another version's argument; no table,
+	# ids of another type
 	python3 - "$corpus/deepseek-v3-m8" "$dir/bad" <<'PY' || fail "(above)"
 import os, re, sys
 src, out = sys.argv[1:]
@@ -346,6 +347,9 @@ entry("short", ir, params[:-3])
 entry("v2", ir.replace("%M: ", "%num_tokens: ").replace('loc("M"', 'loc("num_tokens"'), params)
 out += "2"
 entry("noparams", ir, None)
+i64 = re.sub(r"(%out_indices_ptr: !tt.ptr<)i32>", r"\1i64>", ir)
+assert i64 != ir
+entry("i64ids", i64, params)
 PY
 	misfits "$dir/bad" \
 		"          ids=out_indices_ptr was None when it was compiled" \
@@ -355,7 +359,8 @@ PY
 	grep -qF "_router_triton_kernel (entry noids)" "$dir/report" || fail "entries not named"
 	misfits "$dir/bad2" \
 		"          its cubin has no parameter table: the rule cannot be checked" \
-		"MISFITS: 1 misfit"
+		"          ids=out_indices_ptr points at i64, the rule reads i32" \
+		"MISFITS: 2 misfits"
 	;;
 *)
 	fail "unknown check"

@@ -5,7 +5,8 @@
  *
  * ASan and UBSan watch the reader on an exact-size copy; the target checks
  * that a refusal says why, that an accepted signature holds at most
- * TRITON_MAX_ARGS identifiers of known sizes, and that reading is a pure
+ * TRITON_MAX_ARGS identifiers of known sizes (element types only for
+ * pointers, identifiers too), and that reading is a pure
  * function of the bytes.  Seeds: tests/engines/triton (each IR line, with
  * the kernel's name before it).
  */
@@ -52,12 +53,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		for (unsigned i = 0; i < a.n; i++)
 			if (!valid_name(a.name[i]) || !(a.size[i] == 1 || a.size[i] == 2 ||
-							a.size[i] == 4 || a.size[i] == 8))
+							a.size[i] == 4 || a.size[i] == 8) ||
+			    (a.elem[i][0] && (a.size[i] != 8 || !valid_name(a.elem[i]) ||
+					      strlen(a.elem[i]) >= TRITON_ELEM_MAX)))
 				abort();
 	}
 	if (triton_sig_parse(text, len, kernel, &b, why2, sizeof why2) != r ||
 	    (r == 0 && (a.n != b.n || memcmp(a.size, b.size, a.n) ||
-			memcmp(a.name, b.name, sizeof a.name[0] * a.n))) ||
+			memcmp(a.name, b.name, sizeof a.name[0] * a.n) ||
+			memcmp(a.elem, b.elem, sizeof a.elem[0] * a.n))) ||
 	    (r < 0 && strcmp(why, why2)))
 		abort();
 	free(text);

@@ -142,9 +142,11 @@ static void rm_rf(const char *dir)
 
 static const char declared[] = "ids\0rows\0k";
 
+static char elem[TRITON_MAX_ARGS][TRITON_ELEM_MAX];
+
 static int place(const uint32_t *sizes, unsigned n, int8_t *map, char *why)
 {
-	return triton_place(cache, "k", sizes, n, declared, 3, map, why, 512);
+	return triton_place(cache, "k", sizes, n, declared, 3, map, elem, why, 512);
 }
 
 static void test_place(void)
@@ -183,6 +185,7 @@ static void test_place(void)
 
 	CU_ASSERT_EQUAL(place(kept, NELEM(kept), map, why), 0);
 	CU_ASSERT(map[0] == 0 && map[1] == 1 && map[2] == 2);
+	CU_ASSERT(!strcmp(elem[0], "i32") && !elem[1][0] && !elem[2][0]);
 	CU_ASSERT_EQUAL(place(dropped, NELEM(dropped), map, why), 0);
 	CU_ASSERT(map[0] == 0 && map[1] == TRITON_DROPPED && map[2] == 1);
 	/* No scratch pointers (Triton before 3.3): the same kernel. */
@@ -193,7 +196,16 @@ static void test_place(void)
 	snprintf(want, sizeof want, "none of its 4 entries in %s fits its 5 parameters", cache);
 	CU_ASSERT_STRING_EQUAL(why, want);
 
-	/* Another version of the kernel: an argument the rule does not list. */
+	/* An entry placing them alike but with other ids: which one runs is
+	 * not known, so neither is what ids points at. */
+	put("JJJ", "k.source", SIG(A("ids", "!tt.ptr<i64, 1>") ", " A("rows", "i32") ", "
+				   A("k", "i32")));
+	CU_ASSERT_EQUAL(place(kept, NELEM(kept), map, why), 0);
+	CU_ASSERT(map[0] == 0 && map[1] == 1 && map[2] == 2 && !elem[0][0]);
+	snprintf(path, sizeof path, "%s/JJJ/k.source", cache);
+	CU_ASSERT_EQUAL(unlink(path), 0);
+
+		/* Another version of the kernel: an argument the rule does not list. */
 	put("HHH", "k.source", SIG(A("ids", "!tt.ptr<i32>") ", " A("rowz", "i32") ", "
 				   A("k", "i32") ", " A("extra", "i64")));
 	{
@@ -211,8 +223,8 @@ static void test_place(void)
 	CU_ASSERT_EQUAL(place(dropped, NELEM(dropped), map, why), -1);
 	CU_ASSERT(strstr(why, " place the arguments differently") != NULL);
 
-	CU_ASSERT_EQUAL(triton_place(cache, "../k", kept, NELEM(kept), declared, 3, map, why,
-				     sizeof why), -1);
+	CU_ASSERT_EQUAL(triton_place(cache, "../k", kept, NELEM(kept), declared, 3, map, elem,
+				     why, sizeof why), -1);
 	CU_ASSERT_STRING_EQUAL(why, "'../k' is not a Triton kernel's name");
 	rm_rf(cache);
 	CU_ASSERT_EQUAL(place(kept, NELEM(kept), map, why), -1);
@@ -258,11 +270,19 @@ static void test_rule(void)
 {
 	static const char text[] =
 		"routing k ids=p0:i32 rows=p1 k=p2*p2 weights=p3 when=p1>0 triton=ids,rows,k,w\n"
-		"kv c slots=p1:i64 count=p2 block=p3 stride=p4 pool=p0 triton=pool,slots,n,bs,st\n";
+		"kv c slots=p1:i64 count=p2 block=p3 stride=p4 pool=p0 triton=pool,slots,n,bs,st\n"
+		"routing u ids=p0:u32 weights=p1:bf16 rows=1 k=2 triton=ids,w\n";
 	static const int8_t rows_w_dropped[] = { 0, TRITON_DROPPED, 1, TRITON_DROPPED },
 			    ids_dropped[] = { TRITON_DROPPED, 0, 1, 2 },
 			    shifted[] = { 1, 2, 3, 0 },
-			    pool_dropped[] = { TRITON_DROPPED, 0, 1, 2, 3 };
+			    pool_dropped[] = { TRITON_DROPPED, 0, 1, 2, 3 },
+			    both[] = { 0, 1 };
+	static const char ok[][RULE_ELEM_MAX] = { "i32", "", "", "f32" },
+			  ids64[][RULE_ELEM_MAX] = { "i64", "", "", "f32" },
+			  w16[][RULE_ELEM_MAX] = { "i32", "", "", "f16" },
+			  unknown[][RULE_ELEM_MAX] = { "", "", "", "f32" },
+			  slots[][RULE_ELEM_MAX] = { "bf16", "i64", "", "", "" },
+			  unsigned_ids[][RULE_ELEM_MAX] = { "i32", "bf16" };
 	struct profile p = { 0 };
 	struct rule placed;
 	char err[256], why[256];
@@ -272,15 +292,25 @@ static void test_rule(void)
 		  "triton=ids,rows,k,w");
 	CU_ASSERT_EQUAL(p.rules[0].ntriton, 4);
 	/* rows was 1 and weights None. */
-	CU_ASSERT_EQUAL(rule_place(&p.rules[0], rows_w_dropped, &placed, why, sizeof why), 0);
+	CU_ASSERT_EQUAL(rule_place(&p.rules[0], rows_w_dropped, ok, &placed, why, sizeof why), 0);
 	format_is(&placed, "routing k ids=p0:i32 rows=1 k=p1*p1 when=1>0");
 	CU_ASSERT_EQUAL(placed.ntriton, 0);
-	CU_ASSERT_EQUAL(rule_place(&p.rules[0], shifted, &placed, why, sizeof why), 0);
+	CU_ASSERT_EQUAL(rule_place(&p.rules[0], shifted, ok, &placed, why, sizeof why), 0);
 	format_is(&placed, "routing k ids=p1:i32 weights=p0:f32 rows=p2 k=p3*p3 when=p2>0");
-	CU_ASSERT_EQUAL(rule_place(&p.rules[0], ids_dropped, &placed, why, sizeof why), -1);
+	CU_ASSERT_EQUAL(rule_place(&p.rules[0], ids_dropped, ok, &placed, why, sizeof why), -1);
 	CU_ASSERT_STRING_EQUAL(why, "ids=ids was None when it was compiled");
-	CU_ASSERT_EQUAL(rule_place(&p.rules[1], pool_dropped, &placed, why, sizeof why), -1);
+	CU_ASSERT_EQUAL(rule_place(&p.rules[1], pool_dropped, slots, &placed, why, sizeof why), -1);
 	CU_ASSERT_STRING_EQUAL(why, "pool=pool was None when it was compiled");
+	/* The element types the IR gives must be what the rule reads. */
+	CU_ASSERT_EQUAL(rule_place(&p.rules[0], shifted, ids64, &placed, why, sizeof why), -1);
+	CU_ASSERT_STRING_EQUAL(why, "ids=ids points at i64, the rule reads i32");
+	CU_ASSERT_EQUAL(rule_place(&p.rules[0], shifted, w16, &placed, why, sizeof why), -1);
+	CU_ASSERT_STRING_EQUAL(why, "weights=w points at f16, the rule reads f32");
+	CU_ASSERT_EQUAL(rule_place(&p.rules[0], shifted, unknown, &placed, why, sizeof why), -1);
+	CU_ASSERT_STRING_EQUAL(why, "ids=ids: the IR does not say what it points at");
+	CU_ASSERT_EQUAL(rule_place(&p.rules[1], shifted, slots, &placed, why, sizeof why), 0);
+	CU_ASSERT_EQUAL(rule_place(&p.rules[2], both, unsigned_ids, &placed, why, sizeof why), 0);
+	format_is(&placed, "routing u ids=p0:u32 weights=p1:bf16 rows=1 k=2");
 	profile_free(&p);
 }
 
@@ -386,13 +416,14 @@ static void test_corpus(void)
 		snprintf(text, sizeof text, "%s/%s", dir, t[i].spec);
 		CU_ASSERT_EQUAL_FATAL(symlink(text, link), 0);
 		CU_ASSERT_EQUAL(triton_place(cache, "_router_triton_kernel", sizes, n,
-					     p.rules[ri].triton, p.rules[ri].ntriton, map, why,
+					     p.rules[ri].triton, p.rules[ri].ntriton, map, elem, why,
 					     sizeof why), 0);
-		CU_ASSERT_EQUAL(rule_place(&p.rules[ri], map, &placed, why, sizeof why), 0);
+		CU_ASSERT_EQUAL(rule_place(&p.rules[ri], map, (const char (*)[RULE_ELEM_MAX])elem,
+					   &placed, why, sizeof why), 0);
 		CU_ASSERT_EQUAL(rule_fits(&placed, sizes, n, why, sizeof why), 0);
 		format_is(&placed, t[i].placed);
 		CU_ASSERT_EQUAL(triton_place(dir, "_router_triton_kernel", sizes, n,
-					     p.rules[ri].triton, p.rules[ri].ntriton, map, why,
+					     p.rules[ri].triton, p.rules[ri].ntriton, map, elem, why,
 					     sizeof why), t[i].together);
 		rm_rf(cache);
 	}
