@@ -10,6 +10,7 @@
 #include "capturing.h"
 #include "dispatch.h"
 #include "fingerprint.h"
+#include "modules.h"
 #include "msg.h"
 #include "resume.h"
 #include "shim.h"
@@ -88,15 +89,18 @@ static const struct rule *evaluated(int n)
 					     : &dp.placed[n - (int)dp.prof->count].rule;
 }
 
-/* Rule `rule` (triton=) placed on kernel `name`: the shim's number for it,
- * or -1 with why. */
-static int place(int rule, const char *name, const uint32_t *sizes, unsigned nparams,
-		 char *why, size_t len)
+/* Rule `rule` (triton=) placed on kernel `name` of module (NULL: not
+ * known), into the next free entry of dp.placed, which the caller keeps
+ * (dp.nplaced++) once the placed rule fits: its number, or -1 with why. */
+static int place(int rule, const char *name, void *module, const uint32_t *sizes,
+		 unsigned nparams, char *why, size_t len)
 {
 	const struct rule *r = &dp.prof->rules[rule];
 	char dir[PATH_MAX], elem[TRITON_MAX_ARGS][TRITON_ELEM_MAX];
 	int8_t map[TRITON_MAX_ARGS];
+	struct triton_image img;
 	struct placed *p;
+	int known;
 
 	if (dp.nplaced == PLACED_MAX) {
 		snprintf(why, len, "more than %d Triton kernels placed", PLACED_MAX);
@@ -108,12 +112,13 @@ static int place(int rule, const char *name, const uint32_t *sizes, unsigned npa
 			 "and HOME unset)");
 		return -1;
 	}
-	if (triton_place(dir, name, sizes, nparams, r->triton, r->ntriton, map, elem, why,
-			 len) < 0 ||
+	known = modules_image(module, &img) == 0;
+	if (triton_place(dir, name, known ? &img : NULL, sizes, nparams, r->triton, r->ntriton,
+			 map, elem, why, len) < 0 ||
 	    rule_place(r, map, (const char (*)[RULE_ELEM_MAX])elem, &p->rule, why, len) < 0)
 		return -1;
 	p->origin = rule;
-	return (int)(dp.prof->count + dp.nplaced++);
+	return (int)(dp.prof->count + dp.nplaced);
 }
 
 static void ev_alloc(unsigned api, uint64_t base, uint64_t size, uint64_t fingerprint)
@@ -136,7 +141,7 @@ static void ev_map(uint64_t va, uint64_t size, uint64_t handle, uint64_t fingerp
 }
 
 static int ev_claim(const char *name, const uint32_t *sizes, unsigned nparams,
-		    int params_known)
+		    int params_known, void *module)
 {
 	int rule = profile_match(dp.prof, name);
 	char label[64], why[512];
@@ -151,7 +156,7 @@ static int ev_claim(const char *name, const uint32_t *sizes, unsigned nparams,
 		return -1;
 	}
 	if (dp.prof->rules[rule].ntriton &&
-	    (rule = place(rule, name, sizes, nparams, why, sizeof why)) < 0) {
+	    (rule = place(rule, name, module, sizes, nparams, why, sizeof why)) < 0) {
 		msg_log(WAL_LOG_WARN, "rule %s (Triton) cannot place the arguments of kernel %s: "
 			"%s; it is not evaluated for it", label, name, why);
 		return -1;
@@ -163,6 +168,8 @@ static int ev_claim(const char *name, const uint32_t *sizes, unsigned nparams,
 			"for it", label, name, why);
 		return -1;
 	}
+	if ((unsigned)rule >= dp.prof->count)
+		dp.nplaced++;	/* the placed rule kept */
 	msg_log(WAL_LOG_DEBUG, "kernel %s: rule %s", name, label);
 	return rule;
 }
@@ -230,6 +237,7 @@ const struct shim_events shim_events_above = {
 	.free = allocs_free,
 	.map = ev_map,
 	.unmap = allocs_unmap,
+	.module = modules_event,
 	.claim = ev_claim,
 	.launch = ev_launch,
 	.launched = ev_launched,

@@ -1078,19 +1078,27 @@ static int place_ref(struct rule_ref *r, const int8_t *map)
 	return 0;
 }
 
-/* Triton drops an integer argument equal to 1: the constant 1 stands in. */
-static void place_val(struct rule_val *v, const int8_t *map)
+/* Triton drops an integer argument equal to 1: the constant 1 stands in.
+ * An argument the IR shows a pointer is no value: -1 with why. */
+static int place_val(const struct rule *r, const char *key, struct rule_val *v,
+		     const int8_t *map, const char (*elem)[RULE_ELEM_MAX], char *why, size_t len)
 {
 	for (unsigned i = 0; i < v->n; i++) {
 		struct rule_term *t = &v->t[i];
 
 		if (t->kind != TERM_PARAM)
 			continue;
+		if (elem[t->param][0]) {
+			snprintf(why, len, "%s: %s points at %s, it is no value", key,
+				 triton_name(r, t->param), elem[t->param]);
+			return -1;
+		}
 		if (map[t->param] < 0)
 			*t = (struct rule_term){ .kind = TERM_CONST, .k = 1 };
 		else
 			t->param = (uint8_t)map[t->param];
 	}
+	return 0;
 }
 
 /* Whether argument ref points at the rule's dtype: 0, or -1 with why. */
@@ -1137,16 +1145,17 @@ int rule_place(const struct rule *r, const int8_t *map, const char (*elem)[RULE_
 				 triton_name(r, r->pool[i].param));
 			return -1;
 		}
-	place_val(&out->rows, map);
-	place_val(&out->k, map);
-	place_val(&out->stride, map);
-	place_val(&out->experts, map);
-	place_val(&out->count, map);
-	place_val(&out->block, map);
-	for (i = 0; i < out->nwhen; i++) {
-		place_val(&out->when[i].a, map);
-		place_val(&out->when[i].b, map);
-	}
+	if (place_val(r, "rows", &out->rows, map, elem, why, len) < 0 ||
+	    place_val(r, "k", &out->k, map, elem, why, len) < 0 ||
+	    place_val(r, "stride", &out->stride, map, elem, why, len) < 0 ||
+	    place_val(r, "experts", &out->experts, map, elem, why, len) < 0 ||
+	    place_val(r, "count", &out->count, map, elem, why, len) < 0 ||
+	    place_val(r, "block", &out->block, map, elem, why, len) < 0)
+		return -1;
+	for (i = 0; i < out->nwhen; i++)
+		if (place_val(r, "when", &out->when[i].a, map, elem, why, len) < 0 ||
+		    place_val(r, "when", &out->when[i].b, map, elem, why, len) < 0)
+			return -1;
 	return 0;
 }
 

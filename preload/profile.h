@@ -222,8 +222,9 @@ int rule_fits(const struct rule *r, const uint32_t *sizes, unsigned nparams, cha
  * as Triton's IR names it ("i32", "i64", "f32", "bf16", "f16"; "" not
  * known), which must be what the rule reads for ids=, slots= and weights=
  * (u32 is "i32": the IR's integers carry no sign).  0, or -1 with why when
- * ids=, slots= or a pool= argument was dropped (None: nothing to read), or
- * an element type is not the rule's.
+ * ids=, slots= or a pool= argument was dropped (None: nothing to read), an
+ * element type is not the rule's, or a value (rows=, k=, when=, ...) reads
+ * an argument the IR shows a pointer.
  */
 int rule_place(const struct rule *r, const int8_t *map, const char (*elem)[RULE_ELEM_MAX],
 	       struct rule *out, char *why, size_t len);

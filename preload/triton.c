@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "crc32c.h"
 #include "triton.h"
 
 #define IR_MAX (64u << 20)	/* bytes of an IR file read; a kernel's is far less */
@@ -167,9 +168,13 @@ static int parse_arg(struct cur *c, struct triton_sig *s, char *why, size_t len)
 
 		while (e < c->end && *e != '"' && *e != '\n')
 			e++;
-		if (e == c->end || *e != '"' || take_name(s->name[i], q, (size_t)(e - q)) < 0)
-			return fail(why, len, "argument %u: its location names no identifier", i);
-		named = 1;
+		/* loc("NAME"(...)) names it; loc("FILE":LINE:COL) does not */
+		if (c->end - e >= 2 && e[0] == '"' && e[1] == '(') {
+			if (take_name(s->name[i], q, (size_t)(e - q)) < 0)
+				return fail(why, len, "argument %u: its location names no "
+					    "identifier", i);
+			named = 1;
+		}
 	}
 	if (at(c, "loc(") && skip_nested(c, '(', ')') < 0)
 		return fail(why, len, "argument %u: location cut short", i);
@@ -206,11 +211,9 @@ int triton_sig_parse(const char *text, size_t len, const char *kernel, struct tr
 
 		skip_space(&l);
 		if (at(&l, "tt.func ")) {
-			for (const char *q = l.p; q + n <= eol; q++)
-				if (!memcmp(q, head, (size_t)n)) {
-					hit = q + n;
-					break;
-				}
+			const char *q = memmem(l.p, (size_t)(eol - l.p), head, (size_t)n);
+
+			hit = q ? q + n : NULL;
 		}
 		if (hit || !nl)
 			break;
@@ -251,7 +254,7 @@ int triton_cache_dir(char *buf, size_t len)
 
 /* The whole of a regular file at dirfd/path into a new buffer: it (with
  * *n its length), or NULL. */
-static char *read_ir(int dirfd, const char *path, size_t *n)
+static char *read_whole(int dirfd, const char *path, size_t *n)
 {
 	int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	struct stat st;
@@ -293,7 +296,7 @@ int triton_entry_sig(int dirfd, const char *entry, const char *kernel, struct tr
 		int k = snprintf(path, sizeof path, "%s/%s.%s", entry, kernel, exts[x]);
 
 		if (k > 0 && (size_t)k < sizeof path)
-			text = read_ir(dirfd, path, &n);
+			text = read_whole(dirfd, path, &n);
 	}
 	if (!text)
 		return 1;
@@ -333,9 +336,26 @@ void triton_sig_elems(const struct triton_sig *s, const int8_t *map, unsigned nd
 		snprintf(elem[i], TRITON_ELEM_MAX, "%s", map[i] < 0 ? "" : s->elem[map[i]]);
 }
 
-int triton_place(const char *dir, const char *kernel, const uint32_t *sizes, unsigned nparams,
-		 const char *declared, unsigned ndeclared, int8_t map[TRITON_MAX_ARGS],
-		 char elem[TRITON_MAX_ARGS][TRITON_ELEM_MAX], char *why, size_t whylen)
+/* Whether entry's <kernel>.cubin is img, byte count and CRC. */
+static int holds_image(int dirfd, const char *entry, const char *kernel,
+		       const struct triton_image *img)
+{
+	char path[512];
+	size_t n = 0;
+	char *bytes;
+	int k = snprintf(path, sizeof path, "%s/%s.cubin", entry, kernel), same;
+
+	if (k < 0 || (size_t)k >= sizeof path || !(bytes = read_whole(dirfd, path, &n)))
+		return 0;
+	same = n == img->size && crc32c(0, bytes, n) == img->crc;
+	free(bytes);
+	return same;
+}
+
+int triton_place(const char *dir, const char *kernel, const struct triton_image *img,
+		 const uint32_t *sizes, unsigned nparams, const char *declared, unsigned ndeclared,
+		 int8_t map[TRITON_MAX_ARGS], char elem[TRITON_MAX_ARGS][TRITON_ELEM_MAX],
+		 char *why, size_t whylen)
 {
 	char cand_elem[TRITON_MAX_ARGS][TRITON_ELEM_MAX];
 	struct triton_sig *s = malloc(sizeof *s);
@@ -361,6 +381,7 @@ int triton_place(const char *dir, const char *kernel, const uint32_t *sizes, uns
 		int got;
 
 		if (e->d_name[0] == '.' ||
+		    (img && !holds_image(dirfd(d), e->d_name, kernel, img)) ||
 		    (got = triton_entry_sig(dirfd(d), e->d_name, kernel, s, why, whylen)) > 0)
 			continue;
 		read++;
@@ -385,8 +406,16 @@ int triton_place(const char *dir, const char *kernel, const uint32_t *sizes, uns
 			}
 		}
 	}
-	if (fits)
+	if (fits && !other)
 		r = 0;
+	else if (fits)
+		fail(why, whylen, "%u entr%s in %s fit%s its %u parameters but keep%s an argument "
+		     "the rule does not list, or in another order, beside %u that fit: another "
+		     "version of the kernel?", other, other == 1 ? "y" : "ies", dir,
+		     other == 1 ? "s" : "", nparams, other == 1 ? "s" : "", fits);
+	else if (img && !read)
+		fail(why, whylen, "no entry in %s holds the cubin it was loaded from (%llu bytes, "
+		     "CRC-32C %08x)", dir, (unsigned long long)img->size, (unsigned)img->crc);
 	else if (other)
 		fail(why, whylen, "%u entr%s in %s fit%s its %u parameters but keep%s an argument "
 		     "the rule does not list, or in another order (another version of the kernel?)", other,

@@ -61,6 +61,12 @@ int triton_sig_fits(const struct triton_sig *s, const uint32_t *sizes, unsigned 
 int triton_sig_map(const struct triton_sig *s, const char *declared, unsigned ndeclared,
 		   int8_t *map);
 
+/* A module's image: the cubin a kernel was loaded from (modules.h). */
+struct triton_image {
+	uint64_t size;
+	uint32_t crc;		/* CRC-32C */
+};
+
 /* elem[i]: what declared argument i (placed by map) points at in s, or "". */
 void triton_sig_elems(const struct triton_sig *s, const int8_t *map, unsigned ndeclared,
 		      char elem[][TRITON_ELEM_MAX]);
@@ -69,16 +75,20 @@ void triton_sig_elems(const struct triton_sig *s, const int8_t *map, unsigned nd
  * Place the `ndeclared` argument names of `declared` (NUL-separated, the
  * launcher's order) for a kernel with parameter table sizes[0..nparams-1]:
  * map[i] = its parameter index, or TRITON_DROPPED; elem[i] what it points
- * at ("" where not a pointer, or where entries disagree).  The cache entries of
- * `kernel` are read; those whose signature fits the table (sizes equal,
- * then at most TRITON_MAX_SCRATCH 8-byte parameters) and names only
- * declared arguments, in order, must all give the same map.  dir: the cache
- * directory (triton_cache_dir).  0, or -1 with why (no entry fits, entries
- * disagree, the directory cannot be read).
+ * at ("" where not a pointer, or where entries disagree).  The entries of
+ * `kernel` in the cache directory dir (triton_cache_dir) are read: with
+ * img (the cubin the kernel was loaded from), only those whose
+ * <kernel>.cubin is that image; without, every one.  Those whose
+ * signature fits the table (sizes equal, then at most TRITON_MAX_SCRATCH
+ * 8-byte parameters) and names only declared arguments, in order, must
+ * give the same map, and (without img) no entry that fits may keep an
+ * argument not declared.  0, or -1 with why (no entry fits, entries
+ * disagree, another version of the kernel, the directory cannot be read).
  */
-int triton_place(const char *dir, const char *kernel, const uint32_t *sizes, unsigned nparams,
-		 const char *declared, unsigned ndeclared, int8_t map[TRITON_MAX_ARGS],
-		 char elem[TRITON_MAX_ARGS][TRITON_ELEM_MAX], char *why, size_t whylen);
+int triton_place(const char *dir, const char *kernel, const struct triton_image *img,
+		 const uint32_t *sizes, unsigned nparams, const char *declared, unsigned ndeclared,
+		 int8_t map[TRITON_MAX_ARGS], char elem[TRITON_MAX_ARGS][TRITON_ELEM_MAX],
+		 char *why, size_t whylen);
 
 /* Triton's cache directory, from the environment as Triton reads it: 0, or
  * -1 (no HOME, or a path longer than len). */

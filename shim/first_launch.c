@@ -48,6 +48,7 @@ static int name_and_params(const void *h, int is_kernel, struct kid_desc *d)
 	d->name = NULL;
 	d->nparams = 0;
 	d->params_known = 0;
+	d->module = NULL;
 	if (!(p = shim_real(is_kernel ? SHIM_cuKernelGetName : SHIM_cuFuncGetName)))
 		return -1;
 	memcpy(&fname, &p, sizeof p);
@@ -69,6 +70,14 @@ static int name_and_params(const void *h, int is_kernel, struct kid_desc *d)
 	d->nparams = (unsigned)i;
 	/* The first index past the last parameter is an invalid value. */
 	d->params_known = r == CUDA_SUCCESS || r == CUDA_ERROR_INVALID_VALUE;
+	if (!is_kernel && (p = shim_real(SHIM_cuFuncGetModule))) {
+		CUresult (*fmodule)(CUmodule *, CUfunction);
+		CUmodule mod;
+
+		memcpy(&fmodule, &p, sizeof p);
+		if (fmodule(&mod, (CUfunction)h) == CUDA_SUCCESS)
+			d->module = mod;
+	}
 	return 0;
 }
 
@@ -105,7 +114,8 @@ int shim_first_launch(int kind, int rt12, const void *func, struct kid_match **m
 	memset(&d, 0, sizeof d);
 	d.rule = -1;
 	if (identify(kind, rt12, func, &d) == 0 && d.name)
-		d.rule = shim_events_above.claim(d.name, d.sizes, d.nparams, d.params_known);
+		d.rule = shim_events_above.claim(d.name, d.sizes, d.nparams, d.params_known,
+						 d.module);
 	r = kid_insert(shim_kids, func, &d, m);
 	if (r == KID_FULL && d.rule >= 0) {
 		if (!atomic_exchange_explicit(&match_full_said, 1, memory_order_relaxed))

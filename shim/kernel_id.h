@@ -36,6 +36,7 @@ struct kid_desc {
 	int params_known;        /* the parameter sizes below are the driver's */
 	unsigned nparams;        /* at most KID_MAX_PARAMS */
 	uint32_t sizes[KID_MAX_PARAMS];
+	void *module;            /* the CUmodule it came from, NULL: not known */
 };
 
 /* The cached decision for a kernel that a rule owns.  Never moves or

@@ -78,11 +78,14 @@ struct shim_events {
 	void (*free)(uint64_t base);
 	void (*map)(uint64_t va, uint64_t size, uint64_t handle, uint64_t fingerprint);
 	void (*unmap)(uint64_t va, uint64_t size);
+	/* cuModuleLoadData(Ex) loaded module from image; image NULL: the
+	 * module is about to be unloaded. */
+	void (*module)(void *module, const void *image);
 	/* A kernel handle's first launch, named: the rule that claims it, or
 	 * -1.  params_known: the driver reported the parameter sizes,
-	 * sizes[0..nparams). */
+	 * sizes[0..nparams); module: the CUmodule of a CUfunction, or NULL. */
 	int (*claim)(const char *name, const uint32_t *sizes, unsigned nparams,
-		     int params_known);
+		     int params_known, void *module);
 	/* A launch of a claimed kernel (or of any, while watched), before it
 	 * is forwarded; 1 when `launched` must follow once it succeeded. */
 	int (*launch)(const struct shim_launch *l);

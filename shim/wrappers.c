@@ -248,6 +248,27 @@ static void ev_cuMemAlloc_v2(const struct shim_call *c, CUdeviceptr *dptr, size_
 		shim_events_above.alloc(SHIM_ALLOC_CU_MEM_ALLOC, *dptr, bytesize, c->fingerprint);
 }
 
+static void ev_cuModuleLoadData(const struct shim_call *c, CUmodule *module, const void *image)
+{
+	if (OK_AFTER(c))
+		shim_events_above.module(*module, image);
+}
+
+static void ev_cuModuleLoadDataEx(const struct shim_call *c, CUmodule *module, const void *image,
+				  unsigned int numOptions, CUjit_option *options,
+				  void **optionValues)
+{
+	(void)numOptions, (void)options, (void)optionValues;
+	ev_cuModuleLoadData(c, module, image);
+}
+
+/* Before the real unload, so the handle is not reused first. */
+static void ev_cuModuleUnload(const struct shim_call *c, CUmodule hmod)
+{
+	if (c->phase == SHIM_PRE)
+		shim_events_above.module(hmod, NULL);
+}
+
 static void ev_cuMemFree_v2(const struct shim_call *c, CUdeviceptr dptr)
 {
 	if (c->phase == SHIM_PRE)

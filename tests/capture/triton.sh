@@ -35,6 +35,16 @@ run() {
 		fail "$1: inspect failed"
 }
 
+# said NAME WHY: NAME's stderr is the one line saying the rule is not
+# evaluated for the kernel because WHY (a basic regular expression), and
+# nothing was recorded.
+said() {
+	grep -q "^moeft: rule sglang:[0-9]* (Triton) cannot place the arguments of kernel $kernel: $2; it is not evaluated for it\$" \
+		"$dir/$1.err" && [ "$(wc -l <"$dir/$1.err")" = 1 ] ||
+		fail "$1: stderr: $(cat "$dir/$1.err")"
+	[ "$(routed "$1")" = 0 ] || fail "$1: routing recorded"
+}
+
 # routed NAME: the number of routing records, each checked against the truth.
 routed() {
 	python3 - "$dir/want" "$dir/$1.json" <<'EOF'
@@ -65,14 +75,18 @@ print(n)
 EOF
 }
 
-# Triton's cache: both specializations; an IR that is a symbolic link to
-# one that fits the table too but puts stride_im (k) one parameter later
-# (followed, it would make the kernel ambiguous); a directory in an IR's
-# place; garbage.
+# Triton's cache: both specializations, the kernel's entry holding the
+# cubin it is loaded from (the other's is another); an IR that is a
+# symbolic link to one that fits the table too but puts stride_im (k) one
+# parameter later (followed, it would make the kernel ambiguous), beside
+# the same cubin; a directory in an IR's place; garbage.
 cache=$dir/cache
 mkdir -p "$cache/m8" "$cache/m1" "$cache/link" "$cache/dir/$kernel.source" "$cache/junk"
-cp "$corpus/deepseek-v3-m8/$kernel.source" "$cache/m8/"
+"$prog" image "$dir/cubin" || fail "no image"
+cp "$corpus/deepseek-v3-m8/$kernel.source" "$dir/cubin" "$cache/m8/"
+mv "$cache/m8/cubin" "$cache/m8/$kernel.cubin"
 cp "$corpus/deepseek-v3-m1/$kernel.source" "$cache/m1/"
+echo "another kernel's cubin" >"$cache/m1/$kernel.cubin"
 python3 - "$corpus/deepseek-v3-m8/$kernel.source" >"$dir/shifted" <<'EOF'
 import re, sys
 shift = {"stride_bias_alt": "stride_bias", "stride_input_ids": "stride_bias_alt",
@@ -84,7 +98,9 @@ EOF
 grep -q 'loc("stride_im"' "$dir/shifted" && ! grep -q stride_pk "$dir/shifted" ||
 	fail "the shifted IR was not made"
 ln -s "$dir/shifted" "$cache/link/$kernel.source"
+cp "$dir/cubin" "$cache/link/$kernel.cubin"
 printf 'tt.func public @%s(%%x' "$kernel" >"$cache/junk/$kernel.source"
+cp "$dir/cubin" "$cache/junk/$kernel.cubin"
 
 run placed "$cache"
 [ ! -s "$dir/placed.err" ] || fail "placed: stderr: $(cat "$dir/placed.err")"
@@ -92,19 +108,22 @@ n=$(routed placed) || fail "placed: $n"
 # Windows of 2 steps: at least the first 4 steps' 3 layers are committed.
 [ "$n" -ge $((4 * layers)) ] || fail "placed: $n routing records, want >= $((4 * layers))"
 
-# No cache, and a cache of another version of the kernel only: one line
-# each, nothing recorded.
+# No cache; a cache of another version of the kernel only; a cache whose
+# entry of the kernel was pruned, a sibling of equal parameter sizes left
+# (which would put k one parameter later): one line each, nothing recorded.
 run nocache "$dir/none"
-grep -q "^moeft: rule sglang:[0-9]* (Triton) cannot place the arguments of kernel $kernel: Triton's cache $dir/none: No such file or directory; it is not evaluated for it\$" \
-	"$dir/nocache.err" || fail "nocache: stderr: $(cat "$dir/nocache.err")"
-[ "$(wc -l <"$dir/nocache.err")" = 1 ] || fail "nocache: stderr: $(cat "$dir/nocache.err")"
-[ "$(routed nocache)" = 0 ] || fail "nocache: routing recorded"
+said nocache "Triton's cache $dir/none: No such file or directory"
 
 mkdir -p "$dir/other/v2"
 sed 's/%M: /%num_tokens: /; s/loc("M"/loc("num_tokens"/' "$corpus/deepseek-v3-m8/$kernel.source" \
 	>"$dir/other/v2/$kernel.source"
+cp "$dir/cubin" "$dir/other/v2/$kernel.cubin"
 run other "$dir/other"
-grep -q "cannot place the arguments of kernel $kernel: 1 entry in $dir/other fits its 17 parameters but keeps an argument the rule does not list, or in another order (another version of the kernel?); it is not evaluated for it\$" \
-	"$dir/other.err" || fail "other: stderr: $(cat "$dir/other.err")"
-[ "$(routed other)" = 0 ] || fail "other: routing recorded"
-echo "triton.sh: $n routing records equal the truth; no cache and another version refused"
+said other "1 entry in $dir/other fits its 17 parameters but keeps an argument the rule does not list, or in another order (another version of the kernel?)"
+
+mkdir -p "$dir/pruned/sibling"
+cp "$dir/shifted" "$dir/pruned/sibling/$kernel.source"
+echo "the sibling's cubin" >"$dir/pruned/sibling/$kernel.cubin"
+run pruned "$dir/pruned"
+said pruned "no entry in $dir/pruned holds the cubin it was loaded from ($(stat -c %s "$dir/cubin") bytes, CRC-32C [0-9a-f]*)"
+echo "triton.sh: $n routing records equal the truth; no cache, another version and a pruned entry refused"

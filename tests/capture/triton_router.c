@@ -3,10 +3,11 @@
  * _router_triton_kernel, on the CPU fixture.
  *
  *   triton_router STEPS LAYERS ROWS K
+ *   triton_router image PATH    write the module image (the "cubin") there
  *
- * The kernel is loaded with cuModuleLoadData and launched with a
- * cuLaunchKernelEx found by dlsym(dlopen("libcuda.so.1")), as Triton's
- * launcher does.  Its parameters are those Triton 3.7.1 keeps of the
+ * The kernel is loaded from a cubin (the fixture's image wrapped in an ELF,
+ * fixture.h) with cuModuleLoadData and launched with a cuLaunchKernelEx
+ * found by dlsym(dlopen("libcuda.so.1")), as Triton's launcher does.  Its parameters are those Triton 3.7.1 keeps of the
  * router for a DeepSeek-V3-like model (tests/engines/triton/sglang-0.5.23/
  * deepseek-v3-m8; M > 1): the arguments equal to 1 or None gone, two
  * scratch pointers at the end.  Each step launches LAYERS routers of ROWS
@@ -15,6 +16,7 @@
  * "route STEP LAYER ROWS K ids... | weights..." (weights as %a).
  */
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,12 +81,33 @@ FIXTURE_KERNEL(router_host, NAME, NPARAMS, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4
 		}                                                                       \
 	} while (0)
 
+/* The fixture's image of the kernel as a cubin: an ELF header whose
+ * section header table (one empty entry) ends the file. */
+static size_t make_image(unsigned char *buf, size_t len)
+{
+	static const char inner[] = FIXTURE_MODULE_IMAGE(NAME "\0");
+	uint64_t shoff = FIXTURE_ELF_HEADER + sizeof inner;
+	uint16_t shentsize = 64, shnum = 1;
+	size_t n = shoff + 64;
+
+	if (n > len)
+		return 0;
+	memset(buf, 0, n);
+	memcpy(buf, "\177ELF\2\1\1", 7);	/* 64-bit, little-endian, version 1 */
+	memcpy(buf + 0x28, &shoff, sizeof shoff);
+	memcpy(buf + 0x3a, &shentsize, sizeof shentsize);
+	memcpy(buf + 0x3c, &shnum, sizeof shnum);
+	memcpy(buf + FIXTURE_ELF_HEADER, inner, sizeof inner);
+	return n;
+}
+
 #define MAX_LAYERS 8
 #define MAX_OUT (16 * 64)
 
 int main(int argc, char **argv)
 {
-	static const char image[] = FIXTURE_MODULE_IMAGE(NAME "\0");
+	unsigned char image[512];
+	size_t image_len = make_image(image, sizeof image);
 	CUresult (*launch_ex)(const CUlaunchConfig *, CUfunction, void **, void **);
 	CUdeviceptr scores, bias, weights[MAX_LAYERS], indices[MAX_LAYERS], packed;
 	int steps, layers, m, k, zero = 0, experts = EXPERTS;
@@ -97,6 +120,15 @@ int main(int argc, char **argv)
 	CUdevice dev;
 	void *libcuda;
 
+	if (argc == 3 && !strcmp(argv[1], "image")) {
+		FILE *f = fopen(argv[2], "wb");
+
+		if (!f || fwrite(image, 1, image_len, f) != image_len || fclose(f)) {
+			perror(argv[2]);
+			return 2;
+		}
+		return 0;
+	}
 	if (argc != 5 || (steps = atoi(argv[1])) < 1 || (layers = atoi(argv[2])) < 1 ||
 	    layers > MAX_LAYERS || (m = atoi(argv[3])) < 2 || (k = atoi(argv[4])) < 2 ||
 	    m * k > MAX_OUT) {

@@ -11,6 +11,8 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "crc32c.h"
+#include "modules.h"
 #include "profile.h"
 #include "testutil.h"
 #include "triton.h"
@@ -35,7 +37,7 @@ static void test_parse(void)
 	/* Older IR: SSA names %argN, the source name in the location only. */
 	static const char old[] =
 		"tt.func public @k(%arg0: !tt.ptr<i32, 1> {tt.divisibility = 16 : i32} "
-		"loc(\"ids\"(#loc)), %arg1: i32 loc(\"rows\"(#loc))) {\n";
+		"loc(\"ids\"(#loc)), %arg1: i32 loc(\"rows\"(#loc)), %n: i32 loc(\"x.py\":3:1)) {\n";
 	struct triton_sig s;
 	char why[256];
 
@@ -51,10 +53,14 @@ static void test_parse(void)
 	CU_ASSERT_STRING_EQUAL(why, "no 'tt.func' line for @k");
 
 	CU_ASSERT_EQUAL_FATAL(parse(old, "k", &s, why), 0);
-	CU_ASSERT_EQUAL(s.n, 2);
+	CU_ASSERT_EQUAL(s.n, 3);
 	CU_ASSERT_STRING_EQUAL(s.name[0], "ids");
 	CU_ASSERT_STRING_EQUAL(s.name[1], "rows");
-	CU_ASSERT(s.size[0] == 8 && s.size[1] == 4);
+	/* a file location names nothing: the SSA name does */
+	CU_ASSERT_STRING_EQUAL(s.name[2], "n");
+	CU_ASSERT(s.size[0] == 8 && s.size[1] == 4 && s.size[2] == 4);
+	CU_ASSERT_STRING_EQUAL(s.elem[0], "i32");
+	CU_ASSERT_STRING_EQUAL(s.elem[1], "");
 
 	CU_ASSERT_EQUAL(parse("tt.func public @k() {\n", "k", &s, why), 0);
 	CU_ASSERT_EQUAL(s.n, 0);
@@ -77,6 +83,7 @@ static void test_parse_refused(void)
 		  "argument 1: expected ',' or ')' after it" },
 		{ "tt.func public @k(%a: i32 loc(\"a b\"(#loc))) {\n",
 		  "argument 0: its location names no identifier" },
+		{ "tt.func public @k(%arg0: i32 loc(\"x.py\":1:2)) {\n", "argument 0 has no name" },
 		{ "tt.func public @k(a: i32) {\n", "argument 0: expected '%'" },
 		{ "tt.func public @k(%a i32) {\n", "argument 0: expected ': ' after its name" },
 		{ "tt.func public @k(%a: i32 loc(\"a\"(#loc)", "argument 0: location cut short" },
@@ -109,7 +116,11 @@ static void test_parse_refused(void)
 
 			CU_ASSERT_PTR_NOT_NULL_FATAL(copy);
 			memcpy(copy, good, cut);
-			(void)triton_sig_parse(copy, cut, "k", &s, why, sizeof why);
+			if (triton_sig_parse(copy, cut, "k", &s, why, sizeof why) == 0) {
+				CU_ASSERT(s.n <= 2);
+			} else {
+				CU_ASSERT(why[0] != '\0');
+			}
 			free(copy);
 		}
 	}
@@ -144,9 +155,11 @@ static const char declared[] = "ids\0rows\0k";
 
 static char elem[TRITON_MAX_ARGS][TRITON_ELEM_MAX];
 
+static const struct triton_image *image;	/* what place() passes: NULL, not known */
+
 static int place(const uint32_t *sizes, unsigned n, int8_t *map, char *why)
 {
-	return triton_place(cache, "k", sizes, n, declared, 3, map, elem, why, 512);
+	return triton_place(cache, "k", image, sizes, n, declared, 3, map, elem, why, 512);
 }
 
 static void test_place(void)
@@ -223,13 +236,141 @@ static void test_place(void)
 	CU_ASSERT_EQUAL(place(dropped, NELEM(dropped), map, why), -1);
 	CU_ASSERT(strstr(why, " place the arguments differently") != NULL);
 
-	CU_ASSERT_EQUAL(triton_place(cache, "../k", kept, NELEM(kept), declared, 3, map, elem,
-				     why, sizeof why), -1);
+	CU_ASSERT_EQUAL(triton_place(cache, "../k", NULL, kept, NELEM(kept), declared, 3, map,
+				     elem, why, sizeof why), -1);
 	CU_ASSERT_STRING_EQUAL(why, "'../k' is not a Triton kernel's name");
 	rm_rf(cache);
 	CU_ASSERT_EQUAL(place(kept, NELEM(kept), map, why), -1);
 	snprintf(want, sizeof want, "Triton's cache %s: No such file or directory", cache);
 	CU_ASSERT_STRING_EQUAL(why, want);
+}
+
+/* With the cubin the kernel was loaded from, only the entry holding it
+ * counts: a sibling of equal parameter sizes, or another version of the
+ * kernel, is never taken for it.  Without, they make the kernel refused. */
+static void test_place_image(void)
+{
+	static const uint32_t sizes[] = { 8, 4, 4, 8, 8 };
+	static const char a[] = "cubin of the kernel with rows", b[] = "cubin of its sibling",
+			  c[] = "cubin of version 2";
+	struct triton_image ia = { sizeof a - 1, crc32c(0, a, sizeof a - 1) },
+			    ib = { sizeof b - 1, crc32c(0, b, sizeof b - 1) },
+			    none = { sizeof a - 1, crc32c(0, a, sizeof a - 1) ^ 1 };
+	int8_t map[TRITON_MAX_ARGS];
+	char why[512], want[700];
+
+	test_path(cache, sizeof cache, "timage");
+	CU_ASSERT_EQUAL_FATAL(mkdir(cache, 0700), 0);
+	put("A", "k.source", SIG(A("ids", "!tt.ptr<i32>") ", " A("rows", "i32") ", "
+				 A("k", "i32")));
+	put("A", "k.cubin", a);
+	/* rows and k swapped: the same sizes, other places */
+	put("B", "k.source", SIG(A("ids", "!tt.ptr<i32>") ", " A("k", "i32") ", "
+				 A("rows", "i32")));
+	put("B", "k.cubin", b);
+
+	image = NULL;	/* B keeps rows after k: another version, to the rule */
+	CU_ASSERT_EQUAL(place(sizes, NELEM(sizes), map, why), -1);
+	CU_ASSERT(strstr(why, "beside 1 that fit: another version of the kernel?") != NULL);
+	image = &ia;
+	CU_ASSERT_EQUAL(place(sizes, NELEM(sizes), map, why), 0);
+	CU_ASSERT(map[0] == 0 && map[1] == 1 && map[2] == 2);
+	image = &ib;
+	CU_ASSERT_EQUAL(place(sizes, NELEM(sizes), map, why), -1);	/* B lists k, rows */
+	CU_ASSERT(strstr(why, "keeps an argument the rule does not list, or in another order") !=
+		  NULL);
+	/* The kernel's own entry gone (pruned): its sibling is not taken. */
+	image = &none;
+	CU_ASSERT_EQUAL(place(sizes, NELEM(sizes), map, why), -1);
+	snprintf(want, sizeof want, "no entry in %s holds the cubin it was loaded from (%zu "
+		 "bytes, CRC-32C %08x)", cache, sizeof a - 1, (unsigned)none.crc);
+	CU_ASSERT_STRING_EQUAL(why, want);
+
+	/* Another version of the kernel beside this one: refused without the
+	 * image, the entry that holds it placed with it. */
+	rm_rf(cache);
+	CU_ASSERT_EQUAL_FATAL(mkdir(cache, 0700), 0);
+	put("A", "k.source", SIG(A("ids", "!tt.ptr<i32>") ", " A("rows", "i32") ", "
+				 A("k", "i32")));
+	put("A", "k.cubin", a);
+	put("C", "k.source", SIG(A("ids", "!tt.ptr<i32>") ", " A("num_tokens", "i32") ", "
+				 A("k", "i32")));
+	put("C", "k.cubin", c);
+	image = NULL;
+	CU_ASSERT_EQUAL(place(sizes, NELEM(sizes), map, why), -1);
+	snprintf(want, sizeof want, "1 entry in %s fits its 5 parameters but keeps an argument "
+		 "the rule does not list, or in another order, beside 1 that fit: another "
+		 "version of the kernel?", cache);
+	CU_ASSERT_STRING_EQUAL(why, want);
+	image = &ia;
+	CU_ASSERT_EQUAL(place(sizes, NELEM(sizes), map, why), 0);
+	CU_ASSERT(map[0] == 0 && map[1] == 1 && map[2] == 2);
+	image = NULL;
+	rm_rf(cache);
+}
+
+/* An ELF image as a cubin is laid out: headers, sections, then the
+ * section headers (shnum of 64 bytes at shoff) and program headers. */
+static size_t elf(unsigned char *b, size_t len, uint64_t shoff, uint16_t shnum, uint64_t phoff,
+		  uint16_t phnum)
+{
+	uint16_t ent = 64, pent = 56;
+	size_t n = (size_t)(shoff + 64u * shnum > phoff + 56u * phnum ? shoff + 64u * shnum
+								     : phoff + 56u * phnum);
+
+	CU_ASSERT_FATAL(n <= len);
+	memset(b, 0, len);
+	memcpy(b, "\177ELF\2\1\1", 7);
+	memcpy(b + 0x20, &phoff, 8);
+	memcpy(b + 0x28, &shoff, 8);
+	memcpy(b + 0x36, &pent, 2);
+	memcpy(b + 0x38, &phnum, 2);
+	memcpy(b + 0x3a, &ent, 2);
+	memcpy(b + 0x3c, &shnum, 2);
+	for (size_t i = 64; i < n; i++)
+		b[i] = (unsigned char)(i * 7);
+	return n;
+}
+
+static void test_modules(void)
+{
+	static unsigned char a[4096], b[4096];
+	size_t na = elf(a, sizeof a, 1000, 3, 1192, 2), nb = elf(b, sizeof b, 2000, 4, 64, 1);
+	struct triton_image img;
+	int m1, m2, m3;
+
+	CU_ASSERT_EQUAL(na, 1192 + 112);		/* program headers last */
+	CU_ASSERT_EQUAL(nb, 2000 + 256);		/* section headers last */
+	CU_ASSERT_EQUAL(modules_elf_size(a), na);
+	CU_ASSERT_EQUAL(modules_elf_size("MOEFT-FIXTURE-MODULE\0\0\0\0\0\0\0\0\0\0\0\0\0\0"
+					 "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0"), 0);
+	{
+		unsigned char bad[64];
+
+		memcpy(bad, a, 64);
+		bad[4] = 1;				/* 32-bit */
+		CU_ASSERT_EQUAL(modules_elf_size(bad), 0);
+		memcpy(bad, a, 64);
+		memset(bad + 0x28, 0xff, 8);		/* past 1 GiB */
+		CU_ASSERT_EQUAL(modules_elf_size(bad), 0);
+	}
+	modules_event(&m1, a);
+	modules_event(&m2, b);
+	modules_event(&m3, "not an ELF image, a fixture's or PTX");
+	CU_ASSERT_EQUAL(modules_image(&m1, &img), 0);
+	CU_ASSERT(img.size == na && img.crc == crc32c(0, a, na));
+	CU_ASSERT_EQUAL(modules_image(&m2, &img), 0);
+	CU_ASSERT(img.size == nb && img.crc == crc32c(0, b, nb));
+	CU_ASSERT_EQUAL(modules_image(&m3, &img), -1);
+	CU_ASSERT_EQUAL(modules_image(NULL, &img), -1);
+	/* Unloaded: forgotten; the handle loaded again: the new image. */
+	modules_event(&m1, NULL);
+	CU_ASSERT_EQUAL(modules_image(&m1, &img), -1);
+	CU_ASSERT_EQUAL(modules_image(&m2, &img), 0);
+	modules_event(&m2, a);
+	CU_ASSERT_EQUAL(modules_image(&m2, &img), 0);
+	CU_ASSERT(img.size == na && img.crc == crc32c(0, a, na));
+	modules_event(&m2, NULL);
 }
 
 static void test_cache_dir(void)
@@ -308,6 +449,13 @@ static void test_rule(void)
 	CU_ASSERT_STRING_EQUAL(why, "weights=w points at f16, the rule reads f32");
 	CU_ASSERT_EQUAL(rule_place(&p.rules[0], shifted, unknown, &placed, why, sizeof why), -1);
 	CU_ASSERT_STRING_EQUAL(why, "ids=ids: the IR does not say what it points at");
+	{
+		static const char rows_ptr[][RULE_ELEM_MAX] = { "i32", "i64", "", "f32" };
+
+		CU_ASSERT_EQUAL(rule_place(&p.rules[0], shifted, rows_ptr, &placed, why,
+					   sizeof why), -1);
+		CU_ASSERT_STRING_EQUAL(why, "rows: rows points at i64, it is no value");
+	}
 	CU_ASSERT_EQUAL(rule_place(&p.rules[1], shifted, slots, &placed, why, sizeof why), 0);
 	CU_ASSERT_EQUAL(rule_place(&p.rules[2], both, unsigned_ids, &placed, why, sizeof why), 0);
 	format_is(&placed, "routing u ids=p0:u32 weights=p1:bf16 rows=1 k=2");
@@ -415,16 +563,24 @@ static void test_corpus(void)
 		snprintf(link, sizeof link, "%s/%s", cache, t[i].spec);
 		snprintf(text, sizeof text, "%s/%s", dir, t[i].spec);
 		CU_ASSERT_EQUAL_FATAL(symlink(text, link), 0);
-		CU_ASSERT_EQUAL(triton_place(cache, "_router_triton_kernel", sizes, n,
+		CU_ASSERT_EQUAL(triton_place(cache, "_router_triton_kernel", NULL, sizes, n,
 					     p.rules[ri].triton, p.rules[ri].ntriton, map, elem, why,
 					     sizeof why), 0);
 		CU_ASSERT_EQUAL(rule_place(&p.rules[ri], map, (const char (*)[RULE_ELEM_MAX])elem,
 					   &placed, why, sizeof why), 0);
 		CU_ASSERT_EQUAL(rule_fits(&placed, sizes, n, why, sizeof why), 0);
 		format_is(&placed, t[i].placed);
-		CU_ASSERT_EQUAL(triton_place(dir, "_router_triton_kernel", sizes, n,
-					     p.rules[ri].triton, p.rules[ri].ntriton, map, elem, why,
-					     sizeof why), t[i].together);
+		{
+			int8_t alone[TRITON_MAX_ARGS];
+
+			memcpy(alone, map, sizeof alone);
+			CU_ASSERT_EQUAL(triton_place(dir, "_router_triton_kernel", NULL, sizes, n,
+						     p.rules[ri].triton, p.rules[ri].ntriton, map,
+						     elem, why, sizeof why), t[i].together);
+			if (t[i].together == 0) {
+				CU_ASSERT(!memcmp(alone, map, p.rules[ri].ntriton));
+			}
+		}
 		rm_rf(cache);
 	}
 	profile_free(&p);
@@ -436,6 +592,8 @@ int main(void)
 		{ "the IR's signature line", test_parse },
 		{ "a bad signature line is refused", test_parse_refused },
 		{ "arguments placed from a cache, hostile entries skipped", test_place },
+		{ "the entry holding the loaded cubin is the kernel", test_place_image },
+		{ "module images: size, CRC, forgotten at unload", test_modules },
 		{ "the cache directory, as Triton finds it", test_cache_dir },
 		{ "a triton= rule placed", test_rule },
 		{ "bad triton= rules refused", test_rule_refused },
