@@ -100,7 +100,6 @@ static int place(int rule, const char *name, void *module, const uint32_t *sizes
 	int8_t map[TRITON_MAX_ARGS];
 	struct triton_image img;
 	struct placed *p;
-	int known;
 
 	if (dp.nplaced == PLACED_MAX) {
 		snprintf(why, len, "more than %d Triton kernels placed", PLACED_MAX);
@@ -112,9 +111,15 @@ static int place(int rule, const char *name, void *module, const uint32_t *sizes
 			 "and HOME unset)");
 		return -1;
 	}
-	known = modules_image(module, &img) == 0;
-	if (triton_place(dir, name, known ? &img : NULL, sizes, nparams, r->triton, r->ntriton,
-			 map, elem, why, len) < 0 ||
+	/* Without the cubin it came from, a sibling or an older version in
+	 * the cache could stand in for it: refused. */
+	if (modules_image(module, &img) < 0) {
+		snprintf(why, len, "the cubin it was loaded from is not known (not loaded by "
+			 "cuModuleLoadData)");
+		return -1;
+	}
+	if (triton_place(dir, name, &img, sizes, nparams, r->triton, r->ntriton, map, elem, why,
+			 len) < 0 ||
 	    rule_place(r, map, (const char (*)[RULE_ELEM_MAX])elem, &p->rule, why, len) < 0)
 		return -1;
 	p->origin = rule;

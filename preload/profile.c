@@ -1110,7 +1110,7 @@ static int elem_is(const struct rule *r, const char *key, const struct rule_ref 
 
 	if (!strcmp(got, want))
 		return 0;
-	if (*got)
+	if (*got && strcmp(got, "?"))
 		snprintf(why, len, "%s=%s points at %s, the rule reads %s", key,
 			 triton_name(r, ref->param), got, dtype_names[ref->dtype]);
 	else

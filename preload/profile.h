@@ -219,8 +219,9 @@ int rule_fits(const struct rule *r, const uint32_t *sizes, unsigned nparams, cha
  * (an index into r->triton) replaced by its parameter index map[N]
  * (triton.h), and an argument Triton dropped by what it was: an integer
  * by the constant 1, weights= by none.  elem[N]: what argument N points at
- * as Triton's IR names it ("i32", "i64", "f32", "bf16", "f16"; "" not
- * known), which must be what the rule reads for ids=, slots= and weights=
+ * as Triton's IR names it ("i32", "i64", "f32", "bf16", "f16"; "?" a
+ * pointer to what is not known; "" no pointer, or dropped), which must be
+ * what the rule reads for ids=, slots= and weights=
  * (u32 is "i32": the IR's integers carry no sign).  0, or -1 with why when
  * ids=, slots= or a pool= argument was dropped (None: nothing to read), an
  * element type is not the rule's, or a value (rows=, k=, when=, ...) reads

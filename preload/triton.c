@@ -148,8 +148,9 @@ static int parse_arg(struct cur *c, struct triton_sig *s, char *why, size_t len)
 		return fail(why, len, "argument %u: type '%.*s' of unknown size", i,
 			    ntype > 40 ? 40 : (int)ntype, type);
 	s->elem[i][0] = '\0';
-	/* !tt.ptr<T> or !tt.ptr<T, SPACE>: T when it is a plain type name. */
-	if (size == 8 && ntype > 9 && type[0] == '!') {
+	/* !tt.ptr<T> or !tt.ptr<T, SPACE>: T when it is a plain type name,
+	 * else TRITON_ELEM_OTHER (a pointer all the same). */
+	if (size == 8 && type[0] == '!') {
 		size_t n = 0;
 
 		while (8 + n < ntype && is_ident(type[8 + n]))
@@ -157,6 +158,8 @@ static int parse_arg(struct cur *c, struct triton_sig *s, char *why, size_t len)
 		if (n && n < TRITON_ELEM_MAX && (type[8 + n] == '>' || type[8 + n] == ',')) {
 			memcpy(s->elem[i], type + 8, n);
 			s->elem[i][n] = '\0';
+		} else {
+			strcpy(s->elem[i], TRITON_ELEM_OTHER);
 		}
 	}
 	skip_space(c);
@@ -345,7 +348,11 @@ static int holds_image(int dirfd, const char *entry, const char *kernel,
 	char *bytes;
 	int k = snprintf(path, sizeof path, "%s/%s.cubin", entry, kernel), same;
 
-	if (k < 0 || (size_t)k >= sizeof path || !(bytes = read_whole(dirfd, path, &n)))
+	struct stat st;
+
+	if (k < 0 || (size_t)k >= sizeof path ||
+	    fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) < 0 || (uint64_t)st.st_size != img->size ||
+	    !(bytes = read_whole(dirfd, path, &n)))
 		return 0;
 	same = n == img->size && crc32c(0, bytes, n) == img->crc;
 	free(bytes);
@@ -398,11 +405,13 @@ int triton_place(const char *dir, const char *kernel, const struct triton_image 
 				goto close;
 			} else {
 				/* Which one runs is not known: a type they disagree
-				 * on is not known either. */
+				 * on is not known either (pointers both: their
+				 * sizes are equal and a pointer is never dropped
+				 * where the other keeps an integer of its name). */
 				triton_sig_elems(s, cand, ndeclared, cand_elem);
 				for (unsigned i = 0; i < ndeclared; i++)
 					if (strcmp(elem[i], cand_elem[i]))
-						elem[i][0] = '\0';
+						strcpy(elem[i], TRITON_ELEM_OTHER);
 			}
 		}
 	}

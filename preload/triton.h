@@ -25,13 +25,15 @@
 #define TRITON_MAX_SCRATCH 2        /* pointers Triton appends (3.5 and later: 2) */
 #define TRITON_DROPPED (-1)         /* map[]: folded into the code (1 or None) */
 #define TRITON_ELEM_MAX 8           /* bytes of a pointee type's name, NUL included */
+#define TRITON_ELEM_OTHER "?"       /* a pointer to a type of no plain name */
 
 /* The arguments a compiled kernel kept, in parameter order. */
 struct triton_sig {
 	unsigned n;
 	char name[TRITON_MAX_ARGS][TRITON_NAME_MAX];
 	uint8_t size[TRITON_MAX_ARGS];  /* bytes of the parameter */
-	/* a pointer's element type as the IR names it ("i32", "bf16"), else "" */
+	/* a pointer's element type as the IR names it ("i32", "bf16"), or
+	 * TRITON_ELEM_OTHER; "" for a value */
 	char elem[TRITON_MAX_ARGS][TRITON_ELEM_MAX];
 };
 
@@ -75,7 +77,7 @@ void triton_sig_elems(const struct triton_sig *s, const int8_t *map, unsigned nd
  * Place the `ndeclared` argument names of `declared` (NUL-separated, the
  * launcher's order) for a kernel with parameter table sizes[0..nparams-1]:
  * map[i] = its parameter index, or TRITON_DROPPED; elem[i] what it points
- * at ("" where not a pointer, or where entries disagree).  The entries of
+ * at ("" where not a pointer, TRITON_ELEM_OTHER where entries disagree).  The entries of
  * `kernel` in the cache directory dir (triton_cache_dir) are read: with
  * img (the cubin the kernel was loaded from), only those whose
  * <kernel>.cubin is that image; without, every one.  Those whose

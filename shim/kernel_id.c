@@ -83,6 +83,7 @@ int kid_insert(struct kid_cache *k, const void *handle, const struct kid_desc *d
 			goto out;
 		x = &k->matches[n];
 		x->rule = d->rule;
+		x->module = d->module;
 		x->params_known = d->params_known;
 		x->nparams = d->nparams < KID_MAX_PARAMS ? d->nparams : KID_MAX_PARAMS;
 		memcpy(x->sizes, d->sizes, x->nparams * sizeof x->sizes[0]);
@@ -99,6 +100,18 @@ int kid_insert(struct kid_cache *k, const void *handle, const struct kid_desc *d
 out:
 	pthread_mutex_unlock(&k->lock);
 	return rc;
+}
+
+void kid_forget_module(struct kid_cache *k, const void *module)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&k->lock);	/* no insert fills a match meanwhile */
+	n = atomic_load_explicit(&k->nmatch, memory_order_relaxed);
+	for (unsigned i = 0; module && i < n; i++)
+		if (k->matches[i].module == module)
+			atomic_store_explicit(&k->matches[i].off, 1, memory_order_relaxed);
+	pthread_mutex_unlock(&k->lock);
 }
 
 unsigned kid_count(const struct kid_cache *k)

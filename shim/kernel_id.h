@@ -13,9 +13,11 @@
  *
  * Handles of the three kinds are addresses of distinct objects, so one
  * table serves them all.  Entries are never removed: a module unloaded and
- * another loaded at the same address would inherit the old decision
- * (engines load their kernels once; hooking cuModuleUnload and
- * cuLibraryUnload to forget them is left for later).
+ * another loaded at the same address would inherit the old decision.  So
+ * at cuModuleUnload the matches of the module's kernels are switched off
+ * (kid_forget_module): a kernel loaded later at a reused address is not
+ * evaluated (never read with another kernel's parameters).  Engines load
+ * their kernels once; Triton unloads a kernel only when it drops it.
  * No CUDA header: the handle is an opaque pointer.
  */
 #ifndef MOEFT_KERNEL_ID_H
@@ -45,7 +47,9 @@ struct kid_match {
 	int rule;
 	int params_known;
 	unsigned nparams;
-	atomic_int off;          /* set once the rule proved not to fit */
+	atomic_int off;          /* set once the rule proved not to fit, or its
+				    module was unloaded */
+	void *module;            /* kid_desc's */
 	uint32_t sizes[KID_MAX_PARAMS];
 	char name[KID_NAME_MAX]; /* truncated copy, for messages */
 };
@@ -136,6 +140,9 @@ static inline int kid_lookup(const struct kid_cache *k, const void *handle,
  */
 int kid_insert(struct kid_cache *k, const void *handle, const struct kid_desc *d,
 	       struct kid_match **m);
+
+/* Switch off the matches of module's kernels (about to be unloaded). */
+void kid_forget_module(struct kid_cache *k, const void *module);
 
 /* Handles inserted, how many of them had a name, and how many a rule
  * owns (hints while inserts run). */

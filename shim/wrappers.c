@@ -265,8 +265,11 @@ static void ev_cuModuleLoadDataEx(const struct shim_call *c, CUmodule *module, c
 /* Before the real unload, so the handle is not reused first. */
 static void ev_cuModuleUnload(const struct shim_call *c, CUmodule hmod)
 {
-	if (c->phase == SHIM_PRE)
-		shim_events_above.module(hmod, NULL);
+	if (c->phase != SHIM_PRE)
+		return;
+	if (shim_kids)
+		kid_forget_module(shim_kids, hmod);
+	shim_events_above.module(hmod, NULL);
 }
 
 static void ev_cuMemFree_v2(const struct shim_call *c, CUdeviceptr dptr)

@@ -54,8 +54,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (unsigned i = 0; i < a.n; i++)
 			if (!valid_name(a.name[i]) || !(a.size[i] == 1 || a.size[i] == 2 ||
 							a.size[i] == 4 || a.size[i] == 8) ||
-			    (a.elem[i][0] && (a.size[i] != 8 || !valid_name(a.elem[i]) ||
-					      strlen(a.elem[i]) >= TRITON_ELEM_MAX)))
+			    (a.elem[i][0] && (a.size[i] != 8 || strlen(a.elem[i]) >= TRITON_ELEM_MAX ||
+					      (!valid_name(a.elem[i]) &&
+					       strcmp(a.elem[i], TRITON_ELEM_OTHER)))))
 				abort();
 	}
 	if (triton_sig_parse(text, len, kernel, &b, why2, sizeof why2) != r ||

@@ -62,6 +62,9 @@ static void test_parse(void)
 	CU_ASSERT_STRING_EQUAL(s.elem[0], "i32");
 	CU_ASSERT_STRING_EQUAL(s.elem[1], "");
 
+	CU_ASSERT_EQUAL(parse("tt.func public @k(%p: !tt.ptr<!tt.ptr<f32>> loc(\"p\"(#loc))) {\n",
+			      "k", &s, why), 0);
+	CU_ASSERT(s.n == 1 && s.size[0] == 8 && !strcmp(s.elem[0], TRITON_ELEM_OTHER));
 	CU_ASSERT_EQUAL(parse("tt.func public @k() {\n", "k", &s, why), 0);
 	CU_ASSERT_EQUAL(s.n, 0);
 	/* A call is not the function. */
@@ -214,7 +217,8 @@ static void test_place(void)
 	put("JJJ", "k.source", SIG(A("ids", "!tt.ptr<i64, 1>") ", " A("rows", "i32") ", "
 				   A("k", "i32")));
 	CU_ASSERT_EQUAL(place(kept, NELEM(kept), map, why), 0);
-	CU_ASSERT(map[0] == 0 && map[1] == 1 && map[2] == 2 && !elem[0][0]);
+	CU_ASSERT(map[0] == 0 && map[1] == 1 && map[2] == 2 &&
+		  !strcmp(elem[0], TRITON_ELEM_OTHER));
 	snprintf(path, sizeof path, "%s/JJJ/k.source", cache);
 	CU_ASSERT_EQUAL(unlink(path), 0);
 
@@ -371,6 +375,30 @@ static void test_modules(void)
 	CU_ASSERT_EQUAL(modules_image(&m2, &img), 0);
 	CU_ASSERT(img.size == na && img.crc == crc32c(0, a, na));
 	modules_event(&m2, NULL);
+	/* A table counted 0 is not counted, whatever its offset. */
+	{
+		unsigned char c[4096];
+		size_t nc = elf(c, sizeof c, 512, 2, 0, 0);
+		uint64_t stray = 1u << 29;
+
+		memcpy(c + 0x20, &stray, 8);
+		CU_ASSERT_EQUAL(modules_elf_size(c), nc);
+	}
+	/* Many modules: each kept, none lost. */
+	{
+		static char handles[5000];
+		unsigned lost = 0;
+
+		for (size_t i = 0; i < sizeof handles; i++)
+			modules_event(&handles[i], i % 2 ? a : b);
+		for (size_t i = 0; i < sizeof handles; i++)
+			lost += modules_image(&handles[i], &img) < 0 ||
+				img.size != (i % 2 ? na : nb);
+		CU_ASSERT_EQUAL(lost, 0);
+		for (size_t i = 0; i < sizeof handles; i++)
+			modules_event(&handles[i], NULL);
+		CU_ASSERT_EQUAL(modules_image(&handles[7], &img), -1);
+	}
 }
 
 static void test_cache_dir(void)
@@ -455,6 +483,13 @@ static void test_rule(void)
 		CU_ASSERT_EQUAL(rule_place(&p.rules[0], shifted, rows_ptr, &placed, why,
 					   sizeof why), -1);
 		CU_ASSERT_STRING_EQUAL(why, "rows: rows points at i64, it is no value");
+	}
+	{
+		static const char other[][RULE_ELEM_MAX] = { "?", "?", "", "f32" };
+
+		CU_ASSERT_EQUAL(rule_place(&p.rules[0], shifted, other, &placed, why,
+					   sizeof why), -1);
+		CU_ASSERT_STRING_EQUAL(why, "ids=ids: the IR does not say what it points at");
 	}
 	CU_ASSERT_EQUAL(rule_place(&p.rules[1], shifted, slots, &placed, why, sizeof why), 0);
 	CU_ASSERT_EQUAL(rule_place(&p.rules[2], both, unsigned_ids, &placed, why, sizeof why), 0);

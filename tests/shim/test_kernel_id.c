@@ -1,7 +1,8 @@
 /*
  * test_kernel_id.c - kernel_id.c: unknown/none/match decisions, the first
  * decision standing against a second insert, copies of name and sizes,
- * the half-full and match-pool limits, probing in a full table, and 4 threads
+ * the half-full and match-pool limits, probing in a full table, a module's
+ * matches switched off at its unload, and 4 threads
  * inserting and looking up the same handles at once.
  */
 #include <pthread.h>
@@ -59,6 +60,32 @@ static void test_decisions(void)
 	d = desc(-1, NULL, 0);
 	CU_ASSERT(kid_insert(k, handle(3), &d, &m2) == KID_NONE);
 	CU_ASSERT(kid_count(k) == 3 && kid_named(k) == 2 && kid_matched(k) == 1);
+	kid_destroy(k);
+}
+
+/* A module unloaded: its kernels' matches switched off, others kept. */
+static void test_forget_module(void)
+{
+	struct kid_cache *k = kid_create(8, 4);
+	struct kid_match *a = NULL, *b = NULL, *c = NULL;
+	struct kid_desc d = desc(1, "_router_triton_kernel", 17);
+	int mod_a, mod_b;
+
+	CU_ASSERT_FATAL(k != NULL);
+	d.module = &mod_a;
+	CU_ASSERT(kid_insert(k, handle(1), &d, &a) == KID_MATCH);
+	CU_ASSERT(kid_insert(k, handle(2), &d, &b) == KID_MATCH);
+	d.module = &mod_b;
+	CU_ASSERT(kid_insert(k, handle(3), &d, &c) == KID_MATCH);
+	CU_ASSERT_FATAL(a && b && c);
+	CU_ASSERT(a->module == &mod_a && c->module == &mod_b);
+	kid_forget_module(k, NULL);
+	CU_ASSERT(!atomic_load(&a->off) && !atomic_load(&c->off));
+	kid_forget_module(k, &mod_a);
+	CU_ASSERT(atomic_load(&a->off) && atomic_load(&b->off) && !atomic_load(&c->off));
+	/* The handle is still known: a kernel at a reused address is not
+	 * claimed again, and not evaluated. */
+	CU_ASSERT(kid_lookup(k, handle(1), &a) == KID_MATCH && atomic_load(&a->off));
 	kid_destroy(k);
 }
 
@@ -175,6 +202,7 @@ int main(void)
 {
 	CU_TestInfo tests[] = {
 		{ "decisions", test_decisions },
+		{ "a module unloaded", test_forget_module },
 		{ "long name", test_long_name },
 		{ "limits", test_limits },
 		{ "probing", test_probing },
