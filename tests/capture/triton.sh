@@ -24,11 +24,12 @@ fail() {
 
 "$prog" $steps $layers $rows $k >"$dir/want" || fail "the plain run failed"
 
-# run NAME CACHE: the program under the preload, Triton's cache at CACHE.
+# run NAME CACHE [ex]: the program under the preload, Triton's cache at
+# CACHE (ex: its module loaded by cuModuleLoadDataEx).
 run() {
 	rm -f "$dir/$1.wal" "$dir/$1.wal.kv"
 	TRITON_CACHE_DIR=$2 MOEFT_WAL="$dir/$1.wal" MOEFT_WINDOW=2 MOEFT_PROFILE=sglang \
-		LD_PRELOAD="$lib" "$prog" $steps $layers $rows $k >"$dir/$1.out" \
+		LD_PRELOAD="$lib" "$prog" $steps $layers $rows $k ${3:-} >"$dir/$1.out" \
 		2>"$dir/$1.err" || fail "$1: status $? (stderr: $(cat "$dir/$1.err"))"
 	cmp -s "$dir/want" "$dir/$1.out" || fail "$1: output differs from the plain run's"
 	"$moeft" inspect --wal "$dir/$1.wal" --json --records >"$dir/$1.json" ||
@@ -107,6 +108,9 @@ run placed "$cache"
 n=$(routed placed) || fail "placed: $n"
 # Windows of 2 steps: at least the first 4 steps' 3 layers are committed.
 [ "$n" -ge $((4 * layers)) ] || fail "placed: $n routing records, want >= $((4 * layers))"
+run placed-ex "$cache" ex
+[ ! -s "$dir/placed-ex.err" ] || fail "placed-ex: stderr: $(cat "$dir/placed-ex.err")"
+[ "$(routed placed-ex)" = "$n" ] || fail "placed-ex: not the records of placed"
 
 # No cache; a cache of another version of the kernel only; a cache whose
 # entry of the kernel was pruned, a sibling of equal parameter sizes left

@@ -2,12 +2,13 @@
  * triton_router.c - a router launched as Triton launches SGLang 0.5.23's
  * _router_triton_kernel, on the CPU fixture.
  *
- *   triton_router STEPS LAYERS ROWS K
+ *   triton_router STEPS LAYERS ROWS K [ex]
  *   triton_router image PATH    write the module image (the "cubin") there
  *
  * The kernel is loaded from a cubin (the fixture's image wrapped in an ELF,
- * fixture.h) with cuModuleLoadData and launched with a cuLaunchKernelEx
- * found by dlsym(dlopen("libcuda.so.1")), as Triton's launcher does.  Its parameters are those Triton 3.7.1 keeps of the
+ * fixture.h) with cuModuleLoadData (with `ex`: cuModuleLoadDataEx, as
+ * other JITs do) and launched with a cuLaunchKernelEx found by
+ * dlsym(dlopen("libcuda.so.1")), as Triton's launcher does.  Its parameters are those Triton 3.7.1 keeps of the
  * router for a DeepSeek-V3-like model (tests/engines/triton/sglang-0.5.23/
  * deepseek-v3-m8; M > 1): the arguments equal to 1 or None gone, two
  * scratch pointers at the end.  Each step launches LAYERS routers of ROWS
@@ -129,10 +130,11 @@ int main(int argc, char **argv)
 		}
 		return 0;
 	}
-	if (argc != 5 || (steps = atoi(argv[1])) < 1 || (layers = atoi(argv[2])) < 1 ||
+	if (argc < 5 || argc > 6 || (argc == 6 && strcmp(argv[5], "ex")) ||
+	    (steps = atoi(argv[1])) < 1 || (layers = atoi(argv[2])) < 1 ||
 	    layers > MAX_LAYERS || (m = atoi(argv[3])) < 2 || (k = atoi(argv[4])) < 2 ||
 	    m * k > MAX_OUT) {
-		fprintf(stderr, "usage: triton_router STEPS LAYERS(1..%d) ROWS(>=2) K(>=2), "
+		fprintf(stderr, "usage: triton_router STEPS LAYERS(1..%d) ROWS(>=2) K(>=2) [ex], "
 			"ROWS x K <= %d\n", MAX_LAYERS, MAX_OUT);
 		return 2;
 	}
@@ -140,7 +142,10 @@ int main(int argc, char **argv)
 	CHECK(cuDeviceGet(&dev, 0));
 	CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
 	CHECK(cuCtxSetCurrent(ctx));
-	CHECK(cuModuleLoadData(&mod, image));
+	if (argc == 6)
+		CHECK(cuModuleLoadDataEx(&mod, image, 0, NULL, NULL));
+	else
+		CHECK(cuModuleLoadData(&mod, image));
 	CHECK(cuModuleGetFunction(&fn, mod, NAME));
 	if (!(libcuda = dlopen("libcuda.so.1", RTLD_NOW)) ||
 	    !(*(void **)&launch_ex = dlsym(libcuda, "cuLaunchKernelEx"))) {
