@@ -167,15 +167,19 @@ static int parse_term(struct pctx *x, const char **s, struct rule_term *t)
 /* VAL = TERM ('*' TERM)*, at most RULE_MAX_FACTORS terms. */
 static int parse_val(struct pctx *x, const char **s, struct rule_val *v)
 {
+	int divide = 0;
+
 	v->n = 0;
 	for (;;) {
 		if (v->n == RULE_MAX_FACTORS)
 			return perr(x, *s, "a value is a product of at most %d factors",
 				    RULE_MAX_FACTORS);
-		if (parse_term(x, s, &v->t[v->n++]) < 0)
+		if (parse_term(x, s, &v->t[v->n]) < 0)
 			return -1;
-		if (**s != '*')
+		v->t[v->n++].divide = (uint8_t)divide;
+		if (**s != '*' && **s != '/')
 			return 0;
+		divide = **s == '/';
 		(*s)++;
 	}
 }
@@ -860,8 +864,10 @@ static int eval_val(const struct launch *l, const struct rule_val *val, int64_t 
 			return -1;
 		if (i == 0)
 			*v = f;
-		else if (__builtin_mul_overflow(*v, f, v))
-			return -1;
+		else if (val->t[i].divide ? f < 1 || *v % f : __builtin_mul_overflow(*v, f, v))
+			return -1;	/* a remainder: the rule reads what it did not mean */
+		else if (val->t[i].divide)
+			*v /= f;
 	}
 	return 0;
 }
@@ -1094,7 +1100,7 @@ static int place_val(const struct rule *r, const char *key, struct rule_val *v,
 			return -1;
 		}
 		if (map[t->param] < 0)
-			*t = (struct rule_term){ .kind = TERM_CONST, .k = 1 };
+			*t = (struct rule_term){ .kind = TERM_CONST, .k = 1, .divide = t->divide };
 		else
 			t->param = (uint8_t)map[t->param];
 	}
@@ -1188,7 +1194,7 @@ static void put_val(struct out *o, const struct rule_val *v)
 	for (i = 0; i < v->n; i++) {
 		const struct rule_term *t = &v->t[i];
 
-		put(o, "%s", i ? "*" : "");
+		put(o, "%s", !i ? "" : t->divide ? "/" : "*");
 		switch (t->kind) {
 		case TERM_CONST: put(o, "%lld", (long long)t->k); break;
 		case TERM_GRID: put(o, "grid.%c", axis[t->axis]); break;

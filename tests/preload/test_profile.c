@@ -468,6 +468,10 @@ static const char *const vllm_want[] = {
 	"kv *38concat_and_cache_mla_rope_fused_kernelI* slots=p12:i64 count=grid.x block=p16 pool=p11",
 	"kv *36concat_and_cache_nvfp4_ds_mla_kernelE* slots=p3:i64 count=grid.x block=p8 pool=p2",
 	"kv *32indexer_k_quant_and_cache_kernelI* slots=p2:i64 count=grid.x block=p5 pool=p1",
+	"kv reshape_and_cache_kernel_flash slots=p4:i64 count=grid.x block=p9/p13 pool=p2,p3 "
+	"when=p11==0 triton=key_ptr,value_ptr,key_cache_ptr,value_cache_ptr,slot_mapping_ptr,"
+	"k_scale,v_scale,key_stride,value_stride,block_stride,head_stride,dim_stride_k,"
+	"dim_stride_v,page_stride",
 	NULL
 };
 
@@ -646,7 +650,9 @@ static void test_builtin_names(void)
 		{ "_ZL16k_set_rows_quantIl10block_q8_0Li32EXadL_ZL15quantize_f32_q8_0PKfPS0_EEEvS2_PKT_PT0_lllllllllllllll",
 		  "llamacpp", "*k_set_rows*" },
 		/* Near misses. */
-		{ "reshape_and_cache_kernel_flash", NULL, NULL },     /* vLLM's Triton kernel */
+		/* vLLM's Triton kernel: its own rule, placed from Triton's IR */
+		{ "reshape_and_cache_kernel_flash", "vllm", "reshape_and_cache_kernel_flash" },
+		{ "reshape_and_cache_kernel_flash_diffkv", NULL, NULL },
 		{ "_ZN4vllm3moe17single_group_topk6detail30single_group_topk_block_kernelI13__nv_bfloat166__halfiLNS0_11ScoringFuncE0ELi1024ELi16EEEvPKT_PfPT1_PKT0_llbfb",
 		  NULL, NULL },				/* its longs are not known */
 		{ "_ZN4vllm31reshape_and_cache_flash_kernel2Iff", NULL, NULL },
@@ -724,7 +730,7 @@ static void test_load_file(void)
 	CU_ASSERT_STRING_EQUAL(err, "/: not a regular file");
 
 	CU_ASSERT_EQUAL(profile_load("vllm", &p, err, sizeof err), 0);
-	CU_ASSERT_EQUAL(p.count, 35);
+	CU_ASSERT_EQUAL(p.count, 36);
 	profile_free(&p);
 	CU_ASSERT_EQUAL(profile_load("vlm", &p, err, sizeof err), -1);
 	CU_ASSERT_STRING_EQUAL(err, "unknown profile 'vlm' (built-in: auto, vllm, sglang, torch, llamacpp; "
@@ -1135,6 +1141,39 @@ static void test_eval_product(void)
 	fake_free(&f);
 }
 
+/* A quotient, left to right, exact: block = block_stride / page_stride. */
+static void test_eval_quotient(void)
+{
+	struct rule r = one_rule("kv x slots=p0:i64 count=grid.x block=p1/p2 stride=p1*2/p3 pool=p0");
+	static const struct { int64_t a, b, c; int ret; int64_t block, stride; } t[] = {
+		{ 16384, 1024, 1, 1, 16, 32768 },
+		{ 16384, 1024, 2, 1, 16, 16384 },
+		{ 16384, 1000, 1, -1, 0, 0 },	/* a remainder: not what was meant */
+		{ 16384, 0, 1, -1, 0, 0 },	/* by zero */
+		{ 16384, -1024, 1, -1, 0, 0 },	/* by a negative */
+		{ 16384, 1024, 3, -1, 0, 0 },	/* the stride's remainder */
+	};
+	char text[200];
+
+	rule_format(&r, text, sizeof text);
+	CU_ASSERT_STRING_EQUAL(text, "kv x slots=p0:i64 count=grid.x block=p1/p2 stride=p1*2/p3 "
+			       "pool=p0");
+	for (size_t i = 0; i < NELEM(t); i++) {
+		struct rule_hit h;
+		struct fake f;
+
+		memset(&f, 0, sizeof f);
+		fake_ptr(&f, 0x9100);
+		fake_i64(&f, t[i].a);
+		fake_i64(&f, t[i].b);
+		fake_i64(&f, t[i].c);
+		CU_ASSERT_EQUAL(rule_eval(&r, f.args, f.sizes, f.n, grid1, block1, &h), t[i].ret);
+		if (t[i].ret == 1)
+			CU_ASSERT(h.block == t[i].block && h.stride == t[i].stride);
+		fake_free(&f);
+	}
+}
+
 static void test_eval_conditions(void)
 {
 	static const struct { const char *op; int lt, eq, gt; } t[] = {
@@ -1480,6 +1519,7 @@ static CU_TestInfo eval_tests[] = {
 	{ "struct offsets past the param size", test_eval_struct_bounds },
 	{ "grid and block values, kv pools", test_eval_grid_block },
 	{ "products: llama.cpp k_set_rows, overflow", test_eval_product },
+	{ "quotients: exact, else the rule does not fit", test_eval_quotient },
 	{ "each comparison operator", test_eval_conditions },
 	{ "all conditions must hold; step rules", test_eval_conditions_all_must_hold },
 	{ "out-of-range params", test_eval_out_of_range },

