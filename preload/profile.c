@@ -164,7 +164,7 @@ static int parse_term(struct pctx *x, const char **s, struct rule_term *t)
 	return 0;
 }
 
-/* VAL = TERM ('*' TERM)*, at most RULE_MAX_FACTORS terms. */
+/* VAL = TERM (('*' | '/') TERM)*, at most RULE_MAX_FACTORS terms. */
 static int parse_val(struct pctx *x, const char **s, struct rule_val *v)
 {
 	int divide = 0;
@@ -172,8 +172,7 @@ static int parse_val(struct pctx *x, const char **s, struct rule_val *v)
 	v->n = 0;
 	for (;;) {
 		if (v->n == RULE_MAX_FACTORS)
-			return perr(x, *s, "a value is a product of at most %d factors",
-				    RULE_MAX_FACTORS);
+			return perr(x, *s, "a value has at most %d factors", RULE_MAX_FACTORS);
 		if (parse_term(x, s, &v->t[v->n]) < 0)
 			return -1;
 		v->t[v->n++].divide = (uint8_t)divide;
@@ -321,7 +320,7 @@ static const struct {
 } kinds[] = {
 	[RULE_ROUTING] = { "routing", 3, { K_IDS, K_ROWS, K_K, K_STRIDE, K_EXPERTS, K_WEIGHTS,
 					   K_WHEN, K_TRITON }, 8 },
-	[RULE_KV] = { "kv", 3, { K_SLOTS, K_COUNT, K_BLOCK, K_STRIDE, K_POOL, K_WHEN, K_TRITON },
+	[RULE_KV] = { "kv", 2, { K_SLOTS, K_COUNT, K_BLOCK, K_STRIDE, K_POOL, K_WHEN, K_TRITON },
 		      7 },
 	[RULE_STEP] = { "step", 0, { K_WHEN, K_TRITON }, 2 },
 };
@@ -490,6 +489,9 @@ static int parse_rule(struct pctx *x, int kind, char *rest)
 	if (kind == RULE_KV && (seen & (1u << K_STRIDE)) && !(seen & (1u << K_POOL)))
 		return perr(x, x->eol, "kv rule with stride= but without pool= (stride= is the "
 			    "bytes between the pools' blocks)");
+	if (kind == RULE_KV && (seen & (1u << K_STRIDE)) && !(seen & (1u << K_BLOCK)))
+		return perr(x, x->eol, "kv rule with stride= but without block= (block= is the "
+			    "slots per KV block, whose starts stride= are apart)");
 	if (r.ntriton && rule_each_use(&r, triton_misuse, &m))
 		return perr(x, x->eol, "%s=p%u: %s", m.u.key, m.u.param, m.u.param >= r.ntriton ?
 			    "triton= names fewer arguments" : "a Triton argument is no struct");
@@ -927,7 +929,7 @@ int rule_eval(const struct rule *r, void *const *args, const uint32_t *param_siz
 	} else if (r->kind == RULE_KV) {
 		if (eval_ref(&l, &r->ref, &h.ptr) < 0 ||
 		    eval_val(&l, &r->count, 0, &h.count) < 0 ||
-		    eval_val(&l, &r->block, 0, &h.block) < 0 ||
+		    eval_val(&l, &r->block, 1, &h.block) < 0 ||
 		    eval_val(&l, &r->stride, 0, &h.stride) < 0)
 			return -1;
 		for (i = 0; i < r->npool; i++)

@@ -157,7 +157,8 @@ struct rule_hit {
 				names none or the launch passed NULL */
 	int wdtype;          /* their enum rule_dtype; 0 with weights 0 */
 	int64_t count;       /* kv: slot entries at ptr */
-	int64_t block;       /* kv: slots per KV block (slot / block = block index) */
+	int64_t block;       /* kv: slots per KV block (slot / block = block index);
+				1 when the rule names none (it then names no stride) */
 	/* kv: stride is the bytes from one block to the next in each pool, 0
 	 * when the rule does not say (the pools' chunks are then hashed) */
 	unsigned npool;

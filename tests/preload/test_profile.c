@@ -317,7 +317,9 @@ static void test_parse_errors(void)
 		{ "kv x slots=p1 count=1 block=1 pool=p2 pool=p3", "t.rules:1:39: ", "duplicate key 'pool'" },
 		{ "routing x ids=p4 k=p6", "t.rules:1:22: ", "routing rule without rows=" },
 		{ "routing x rows=p4 k=p6", "t.rules:1:23: ", "routing rule without ids=" },
-		{ "\nkv x slots=p1 count=1", "t.rules:2:22: ", "kv rule without block=" },
+		{ "\nkv x slots=p1 count=1 stride=2 pool=p3", "t.rules:2:39: ",
+		  "kv rule with stride= but without block=" },
+		{ "\nkv x slots=p1 block=1", "t.rules:2:22: ", "kv rule without count=" },
 		{ "routing x ids=p64 rows=1 k=1", "t.rules:1:16: ", "parameter index '64' out of range (p0 to p63)" },
 		{ "routing x ids=p1 rows=p99999999999999999999999 k=1", "t.rules:1:24: ", "out of range" },
 		{ "routing x ids=p1 rows=1 k=1 when=p64>0", "t.rules:1:35: ", "parameter index '64'" },
@@ -335,7 +337,7 @@ static void test_parse_errors(void)
 		{ "routing x ids=p4 rows=q3 k=1", "t.rules:1:23: ", "expected pN, pN@OFF, grid.x|y|z, block.x|y|z or an integer, got 'q3'" },
 		{ "routing x ids=p4 rows=grid.w k=1", "t.rules:1:28: ", "expected grid.x, grid.y or grid.z" },
 		{ "routing x ids=p4 rows=block.xx k=1", "t.rules:1:29: ", "expected block.x, block.y or block.z" },
-		{ "routing x ids=p4 rows=p1*p2*p3*p4 k=1", "t.rules:1:32: ", "product of at most 3 factors" },
+		{ "routing x ids=p4 rows=p1*p2*p3*p4 k=1", "t.rules:1:32: ", "a value has at most 3 factors" },
 		{ "routing x ids=p4 rows=p1* k=1", "t.rules:1:26: ", "expected pN" },
 		{ "routing x ids=p8@32768 rows=1 k=1", "t.rules:1:18: ", "struct offset '32768' is not a byte offset from 0 to 32767" },
 		{ "routing x ids=p8@ rows=1 k=1", "t.rules:1:18: ", "struct offset" },
@@ -468,7 +470,7 @@ static const char *const vllm_want[] = {
 	"kv *38concat_and_cache_mla_rope_fused_kernelI* slots=p12:i64 count=grid.x block=p16 pool=p11",
 	"kv *36concat_and_cache_nvfp4_ds_mla_kernelE* slots=p3:i64 count=grid.x block=p8 pool=p2",
 	"kv *32indexer_k_quant_and_cache_kernelI* slots=p2:i64 count=grid.x block=p5 pool=p1",
-	"kv reshape_and_cache_kernel_flash slots=p4:i64 count=grid.x block=p9/p13 pool=p2,p3 "
+	"kv reshape_and_cache_kernel_flash slots=p4:i64 count=grid.x pool=p2,p3 "
 	"when=p11==0 triton=key_ptr,value_ptr,key_cache_ptr,value_cache_ptr,slot_mapping_ptr,"
 	"k_scale,v_scale,key_stride,value_stride,block_stride,head_stride,dim_stride_k,"
 	"dim_stride_v,page_stride",

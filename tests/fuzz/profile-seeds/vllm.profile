@@ -75,7 +75,8 @@ kv *36concat_and_cache_nvfp4_ds_mla_kernelE* slots=p3:i64 count=grid.x block=p8 
 # [2] int64, gridDim.x, cache_block_size [5], kv_cache [1]
 kv *32indexer_k_quant_and_cache_kernelI* slots=p2:i64 count=grid.x block=p5 pool=p1
 # KV: vLLM's Triton reshape_and_cache_kernel_flash (ROCm, the Triton attention
-# backend): slot_mapping_ptr int64, a program per slot (grid.x); block_size is a
-# constexpr: block_stride / page_stride of the NHD cache (dim_stride_k == 0; the
-# head-major layout has no rule); pools key_cache_ptr, value_cache_ptr
-kv reshape_and_cache_kernel_flash slots=p4:i64 count=grid.x block=p9/p13 pool=p2,p3 when=p11==0 triton=key_ptr,value_ptr,key_cache_ptr,value_cache_ptr,slot_mapping_ptr,k_scale,v_scale,key_stride,value_stride,block_stride,head_stride,dim_stride_k,dim_stride_v,page_stride
+# backend): slot_mapping_ptr int64, a program per slot (grid.x); pools
+# key_cache_ptr, value_cache_ptr; its block size is a constexpr (no block=, so no
+# stride=: the pools are hashed); the head-major layout (dim_stride_k != 0) has
+# no rule
+kv reshape_and_cache_kernel_flash slots=p4:i64 count=grid.x pool=p2,p3 when=p11==0 triton=key_ptr,value_ptr,key_cache_ptr,value_cache_ptr,slot_mapping_ptr,k_scale,v_scale,key_stride,value_stride,block_stride,head_stride,dim_stride_k,dim_stride_v,page_stride
