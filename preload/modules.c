@@ -42,13 +42,17 @@ uint64_t modules_elf_size(const void *image)
 {
 	const unsigned char *h = image;
 	uint64_t end = 64;
-	unsigned sh = u16_at(h, 0x3c), ph = u16_at(h, 0x38);
+	unsigned sh, ph;
 
 	/* 64-bit, little-endian: a cubin.  The driver has read the image
 	 * whole (the load succeeded), so its headers say where it ends; a
-	 * table counted 0 says nothing (its offset may be stray). */
+	 * table counted 0 says nothing (its offset may be stray).  Nothing
+	 * past the magic is read before it matches: a PTX or fatbin image may
+	 * be shorter than an ELF header. */
 	if (memcmp(h, "\177ELF", 4) || h[4] != 2 || h[5] != 1)
 		return 0;
+	sh = u16_at(h, 0x3c);
+	ph = u16_at(h, 0x38);
 	if (sh) {
 		if (u64_at(h, 0x28) > ELF_MAX)
 			return 0;

@@ -445,6 +445,7 @@ static void test_rule(void)
 			    ids_dropped[] = { TRITON_DROPPED, 0, 1, 2 },
 			    shifted[] = { 1, 2, 3, 0 },
 			    pool_dropped[] = { TRITON_DROPPED, 0, 1, 2, 3 },
+			    kv_kept[] = { 0, 1, 2, 3, 4 },
 			    both[] = { 0, 1 };
 	static const char ok[][RULE_ELEM_MAX] = { "i32", "", "", "f32" },
 			  ids64[][RULE_ELEM_MAX] = { "i64", "", "", "f32" },
@@ -491,7 +492,8 @@ static void test_rule(void)
 					   sizeof why), -1);
 		CU_ASSERT_STRING_EQUAL(why, "ids=ids: the IR does not say what it points at");
 	}
-	CU_ASSERT_EQUAL(rule_place(&p.rules[1], shifted, slots, &placed, why, sizeof why), 0);
+	CU_ASSERT_EQUAL(rule_place(&p.rules[1], kv_kept, slots, &placed, why, sizeof why), 0);
+	format_is(&placed, "kv c slots=p1:i64 count=p2 block=p3 stride=p4 pool=p0");
 	CU_ASSERT_EQUAL(rule_place(&p.rules[2], both, unsigned_ids, &placed, why, sizeof why), 0);
 	format_is(&placed, "routing u ids=p0:u32 weights=p1:bf16 rows=1 k=2");
 	profile_free(&p);
