@@ -126,6 +126,14 @@ static int place(int rule, const char *name, void *module, const uint32_t *sizes
 	return (int)(dp.prof->count + dp.nplaced);
 }
 
+/* Module images matter only to triton= rules: without one, no CRC of
+ * every image the program loads. */
+static void ev_module(void *module, const void *image)
+{
+	if (dp.placed)
+		modules_event(module, image);
+}
+
 static void ev_alloc(unsigned api, uint64_t base, uint64_t size, uint64_t fingerprint)
 {
 	struct alloc_info a;
@@ -242,7 +250,7 @@ const struct shim_events shim_events_above = {
 	.free = allocs_free,
 	.map = ev_map,
 	.unmap = allocs_unmap,
-	.module = modules_event,
+	.module = ev_module,
 	.claim = ev_claim,
 	.launch = ev_launch,
 	.launched = ev_launched,
