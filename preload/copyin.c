@@ -21,22 +21,28 @@
 #include <sys/stat.h>
 
 #include "copyin.h"
+#include "crc32c.h"
 #include "shim.h"
 
 #define PIECE (8u << 20)        /* bytes of a buffer, and of a copy */
 #define BUFS 2u                 /* a thread's: one filled while one drains */
 /* A hole shorter than this is read as data: a memset and a copy more cost
- * more than reading its zeros. */
+ * more than reading its zeros (in an image: its seeks too). */
 #define HOLE_MIN (1u << 20)
+#define MAP_HOLE_MIN (64u << 10)
 
+/* Bytes [off, off + len) of q, read into a buffer; of them, those from
+ * skip on (take bytes) are copied to dev.  Of an image, skip is 0 and
+ * take len; of a map, [off, off + len) are whole chunks (each checked). */
 struct piece {
-	int fd;
-	uint64_t off, len, dev;
+	const struct restore_pool *q;
+	uint64_t off, len, skip, take, dev;
 };
 
 struct job {
 	void *stream;                   /* moeft's own, for every copy */
 	void *context;
+	const struct restore_plan *plan;
 	struct piece *pieces;
 	size_t npieces, cap;
 	atomic_size_t next;
@@ -63,19 +69,35 @@ static void job_fail(struct job *j, const char *fmt, ...)
 	pthread_mutex_unlock(&j->lock);
 }
 
-static int add_piece(struct job *j, int fd, uint64_t off, uint64_t len, uint64_t dev)
+static int add_piece(struct job *j, const struct piece *piece)
 {
 	struct piece *p;
 
 	if (j->npieces == j->cap) {
 		size_t cap = j->cap ? 2 * j->cap : 64;
 
-		if (!(p = realloc(j->pieces, cap * sizeof *p)))
+		if (!(p = realloc(j->pieces, cap * sizeof *p))) {
+			job_fail(j, "out of memory");
 			return -1;
+		}
 		j->pieces = p;
 		j->cap = cap;
 	}
-	j->pieces[j->npieces++] = (struct piece){ fd, off, len, dev };
+	j->pieces[j->npieces++] = *piece;
+	return 0;
+}
+
+/* q's bytes [at, end) as pieces of at most PIECE bytes, all copied to
+ * the device from q->base + at on. */
+static int add_run(struct job *j, const struct restore_pool *q, uint64_t at, uint64_t end)
+{
+	uint64_t len;
+
+	for (; at < end; at += len) {
+		len = end - at < PIECE ? end - at : PIECE;
+		if (add_piece(j, &(struct piece){ q, at, len, 0, len, q->base + at }) < 0)
+			return -1;
+	}
 	return 0;
 }
 
@@ -98,8 +120,17 @@ static uint64_t seek(int fd, uint64_t off, uint64_t size, int whence)
  * descriptor the program closed and reused as its own would be copied. */
 static int same_image(struct job *j, const struct restore_pool *q)
 {
+	const struct restore_plan *p = j->plan;
 	struct stat st;
 
+	if (q->map.e) {
+		if (fstat(p->store_fd, &st) == 0 && S_ISREG(st.st_mode) &&
+		    (uint64_t)st.st_dev == p->store_dev && (uint64_t)st.st_ino == p->store_ino)
+			return 1;
+		job_fail(j, "pool %u: the KV store is not the file it was when its map was read",
+			 q->no);
+		return 0;
+	}
 	if (fstat(q->fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_dev == q->file_dev &&
 	    (uint64_t)st.st_ino == q->file_ino && (uint64_t)st.st_size == q->size)
 		return 1;
@@ -113,7 +144,7 @@ static int same_image(struct job *j, const struct restore_pool *q)
  * with the job failed. */
 static int cut(struct job *j, const struct restore_pool *q, struct copyin_stats *st)
 {
-	uint64_t at = 0, end, next, len;
+	uint64_t at = 0, end, next;
 	int r;
 
 	while (at < q->size) {
@@ -137,13 +168,57 @@ static int cut(struct job *j, const struct restore_pool *q, struct copyin_stats 
 			if (end == q->size || next == q->size || next - end >= HOLE_MIN)
 				break;
 		}
-		for (; at < end; at += len) {
-			len = end - at < PIECE ? end - at : PIECE;
-			if (add_piece(j, q->fd, at, len, q->base + at) < 0) {
-				job_fail(j, "out of memory");
+		if (add_run(j, q, at, end) < 0)
+			return -1;
+		st->data += end - at;
+		at = end;
+	}
+	return 0;
+}
+
+/* Pool q's chunk map: runs of zero chunks of MAP_HOLE_MIN bytes or more
+ * zeroed on the job's stream, the rest in pieces of whole chunks (a map's
+ * chunks are at most KVMAP_CHUNK_MAX, under PIECE).  0, or -1 with the
+ * job failed. */
+static int cut_map(struct job *j, const struct restore_pool *q, struct copyin_stats *st)
+{
+	const struct kvmap *m = &q->map;
+	uint64_t c = 0, z, at, end, per = PIECE / m->chunk_bytes;
+	int r;
+
+	while (c < m->nchunks) {
+		for (z = c; z < m->nchunks && !m->e[z].len; z++)
+			;
+		at = c * m->chunk_bytes;
+		end = z == m->nchunks ? m->size : z * m->chunk_bytes;
+		if (end - at >= MAP_HOLE_MIN || z == m->nchunks) {
+			if (end > at && (r = shim_dev_zero(q->base + at, end - at, j->stream))) {
+				job_fail(j, "pool %u: zeroing %llu bytes at %llu failed (CUresult %d)",
+					 q->no, (unsigned long long)(end - at),
+					 (unsigned long long)at, r);
 				return -1;
 			}
+			st->zero += end - at;
+			c = z;
+		}
+		/* Data up to the next run of zeros long enough to skip. */
+		for (end = c; end < m->nchunks; end = z) {
+			while (end < m->nchunks && m->e[end].len)
+				st->live += m->e[end++].len;
+			for (z = end; z < m->nchunks && !m->e[z].len; z++)
+				;
+			if (z == m->nchunks || (z - end) * m->chunk_bytes >= MAP_HOLE_MIN)
+				break;
+		}
+		while (c < end) {
+			uint64_t n = end - c < per ? end - c : per;
+			uint64_t off = c * m->chunk_bytes;
+			uint64_t len = c + n == m->nchunks ? m->size - off : n * m->chunk_bytes;
+
+			if (add_piece(j, &(struct piece){ q, off, len, 0, len, q->base + off }) < 0)
+				return -1;
 			st->data += len;
+			c += n;
 		}
 	}
 	return 0;
@@ -169,6 +244,63 @@ static int read_all(int fd, void *buf, uint64_t len, uint64_t off)
 		off += (uint64_t)n;
 	}
 	return 0;
+}
+
+/* Piece p of a map's pool into buf: each chunk's bytes read from the
+ * store, contiguous ones at once, and checked against the map's CRC-32C
+ * while they are in the cache; zeros after and for the rest.  0, or -1
+ * with the job failed. */
+static int fill_from_store(struct job *j, const struct piece *p, uint8_t *buf)
+{
+	const struct restore_pool *q = p->q;
+	const struct kvmap *m = &q->map;
+	uint64_t c = p->off / m->chunk_bytes, last = (p->off + p->len - 1) / m->chunk_bytes, d;
+
+	for (; c <= last; c = d) {
+		const struct kvmap_entry *e = &m->e[c];
+		uint8_t *dst = buf + (c * m->chunk_bytes - p->off);
+		uint64_t run = e->len;
+
+		/* Chunks whose bytes follow each other in the store too. */
+		for (d = c + 1; d <= last && m->e[d - 1].len == kvmap_chunk_len(m, d - 1) && m->e[d].len &&
+				m->e[d].off == m->e[d - 1].off + m->e[d - 1].len;
+		     d++)
+			run += m->e[d].len;
+		if (run && read_all(j->plan->store_fd, dst, run, e->off) < 0) {
+			job_fail(j, "pool %u: reading chunk %llu from the KV store (%llu bytes at %llu): "
+				 "%s", q->no, (unsigned long long)c, (unsigned long long)run,
+				 (unsigned long long)e->off,
+				 errno == ENODATA ? "the store ends there (changed since the restore)"
+						  : strerror(errno));
+			return -1;
+		}
+		for (uint64_t k = c; k < d; k++) {
+			const struct kvmap_entry *f = &m->e[k];
+			uint8_t *at = buf + (k * m->chunk_bytes - p->off);
+
+			if (f->len && crc32c(0, at, f->len) != f->crc) {
+				job_fail(j, "pool %u chunk %llu: its bytes in the KV store fail their "
+					 "CRC-32C (written since the restore checked them, or damaged)",
+					 q->no, (unsigned long long)k);
+				return -1;
+			}
+			memset(at + f->len, 0, kvmap_chunk_len(m, k) - f->len);
+		}
+	}
+	return 0;
+}
+
+/* Piece p's bytes into buf.  0, or -1 with the job failed. */
+static int fill(struct job *j, const struct piece *p, uint8_t *buf)
+{
+	if (p->q->map.e)
+		return fill_from_store(j, p, buf);
+	if (read_all(p->q->fd, buf, p->len, p->off) == 0)
+		return 0;
+	job_fail(j, "reading %llu bytes at %llu of an image: %s", (unsigned long long)p->len,
+		 (unsigned long long)p->off,
+		 errno == ENODATA ? "it ends there (changed since it was opened)" : strerror(errno));
+	return -1;
 }
 
 /* A thread's buffers: pinned, or pageable when the driver has no pinned
@@ -218,17 +350,13 @@ static void work(struct job *j)
 			job_fail(j, "waiting for a copy failed (CUresult %d)", r);
 			break;
 		}
-		if (read_all(p->fd, buf[k], p->len, p->off) < 0) {
-			job_fail(j, "reading %llu bytes at %llu of an image: %s",
-				 (unsigned long long)p->len, (unsigned long long)p->off,
-				 errno == ENODATA ? "it ends there (changed since it was opened)"
-						  : strerror(errno));
+		if (fill(j, p, buf[k]) < 0)
 			break;
-		}
-		if ((r = shim_dev_copy_to_device(p->dev, buf[k], p->len, j->stream)) ||
+		if ((r = shim_dev_copy_to_device(p->dev, (uint8_t *)buf[k] + p->skip, p->take,
+						 j->stream)) ||
 		    (r = shim_dev_record(ev[k], j->stream))) {
 			job_fail(j, "copying %llu bytes into the device failed (CUresult %d)",
-				 (unsigned long long)p->len, r);
+				 (unsigned long long)p->take, r);
 			break;
 		}
 		used[k] = 1;
@@ -275,11 +403,13 @@ static unsigned nthreads(size_t npieces)
 
 /* Start j: moeft's copy stream, ordered after the work enqueued on
  * stream so far.  The job fails when it cannot be. */
-static void job_open(struct job *j, void *stream, char *err, size_t errlen, void **ready)
+static void job_open(struct job *j, const struct restore_plan *p, void *stream, char *err,
+		     size_t errlen, void **ready)
 {
 	int r;
 
-	*j = (struct job){ .lock = PTHREAD_MUTEX_INITIALIZER, .err = err, .errlen = errlen };
+	*j = (struct job){ .plan = p, .lock = PTHREAD_MUTEX_INITIALIZER, .err = err,
+			   .errlen = errlen };
 	j->context = shim_dev_current();
 	if ((r = shim_dev_stream(&j->stream)) || (r = shim_dev_event(ready)) ||
 	    (r = shim_dev_record(*ready, stream)) || (r = shim_dev_wait(j->stream, *ready)))
@@ -335,11 +465,32 @@ int copyin_pools(const struct restore_plan *p, void *stream, void **done,
 	void *ready = NULL;
 
 	memset(st, 0, sizeof *st);
-	job_open(&j, stream, err, errlen, &ready);
+	job_open(&j, p, stream, err, errlen, &ready);
 	for (unsigned i = 0; i < p->npools && !atomic_load(&j.failed); i++)
 		if (!p->pools[i].host && same_image(&j, &p->pools[i]))
-			cut(&j, &p->pools[i], st);
+			(p->pools[i].map.e ? cut_map : cut)(&j, &p->pools[i], st);
 	return job_close(&j, stream, ready, done, st);
+}
+
+/* Range r of pool q as pieces: of an image, its bytes; of a map, the
+ * whole chunks that hold them (each checked), of which r's bytes are
+ * copied. */
+static int add_range(struct job *j, const struct restore_pool *q, const struct copyin_range *r)
+{
+	uint64_t cb = q->map.e ? q->map.chunk_bytes : 1, end = r->offset + r->length;
+	uint64_t at = r->offset / cb * cb, stop = (end + cb - 1) / cb * cb, len, skip;
+
+	if (stop > q->size)
+		stop = q->size;
+	for (; at < end; at += len) {
+		len = stop - at < PIECE / cb * cb ? stop - at : PIECE / cb * cb;
+		skip = r->offset > at ? r->offset - at : 0;
+		if (add_piece(j, &(struct piece){ q, at, len, skip,
+						  (end < at + len ? end : at + len) - (at + skip),
+						  r->dev + (at + skip - r->offset) }) < 0)
+			return -1;
+	}
+	return 0;
 }
 
 int copyin_ranges(const struct restore_plan *p, const struct copyin_range *r, size_t n,
@@ -348,22 +499,14 @@ int copyin_ranges(const struct restore_plan *p, const struct copyin_range *r, si
 	struct copyin_stats st = { 0 };
 	struct job j;
 	void *ready = NULL, *done;
-	uint64_t len;
 	int ret;
 
-	job_open(&j, stream, err, errlen, &ready);
+	job_open(&j, p, stream, err, errlen, &ready);
 	for (size_t i = 0; i < n && !atomic_load(&j.failed); i++) {
 		const struct restore_pool *q = &p->pools[r[i].pool];
 
-		if (!same_image(&j, q))
+		if (!same_image(&j, q) || add_range(&j, q, &r[i]) < 0)
 			break;
-		for (uint64_t at = 0; at < r[i].length; at += len) {
-			len = r[i].length - at < PIECE ? r[i].length - at : PIECE;
-			if (add_piece(&j, q->fd, r[i].offset + at, len, r[i].dev + at) < 0) {
-				job_fail(&j, "out of memory");
-				break;
-			}
-		}
 	}
 	ret = job_close(&j, stream, ready, &done, &st);
 	if (done)

@@ -21,7 +21,9 @@
 #define COPYIN_THREADS 8u
 
 struct copyin_stats {
-	uint64_t data;      /* bytes read from the images and copied */
+	uint64_t data;      /* bytes copied from the images or the KV store */
+	uint64_t live;      /* of them, bytes of chunks the KV store holds
+			       (pools restored from their chunk maps) */
 	uint64_t zero;      /* bytes of holes set to zero on the device */
 	unsigned threads;   /* that read them */
 	int pageable;       /* 1: no pinned memory, pageable buffers instead */

@@ -162,6 +162,8 @@ static int lost_line(struct cursor *c, struct restore_plan *p, unsigned *total)
 		return fail(c, "a lost chunk before any pool");
 	if (*total == RESTORE_LOST_MAX)
 		return fail(c, "more than %u lost chunks", RESTORE_LOST_MAX);
+	if (restore_file_is_map(q->file))
+		return fail(c, "a lost chunk of a pool read from the KV store (%s)", q->file);
 	if (number(c, (q->size - 1) / q->chunk_bytes, &chunk, 1))
 		return -1;
 	if (q->nlost && chunk <= q->lost[q->nlost - 1])
@@ -175,6 +177,13 @@ static int lost_line(struct cursor *c, struct restore_plan *p, unsigned *total)
 	q->lost[q->nlost++] = chunk;
 	(*total)++;
 	return 0;
+}
+
+int restore_file_is_map(const char *file)
+{
+	size_t n = strlen(file);
+
+	return n > 4 && !strcmp(file + n - 4, ".map");
 }
 
 int restore_pool_lost(const struct restore_pool *q, uint64_t offset, uint64_t length)
@@ -241,6 +250,7 @@ int restore_plan_parse(const char *text, struct restore_plan *p, char *err, size
 	long twice;
 
 	memset(p, 0, sizeof *p);
+	p->store_fd = -1;
 	if (strncmp(c.p, "moeft-restore-plan 1\n", 21) != 0)
 		return fail(&c, "not a moeft restore plan of version 1");
 	c.p += 21;
@@ -280,8 +290,10 @@ int restore_plan_parse(const char *text, struct restore_plan *p, char *err, size
 
 void restore_plan_free(struct restore_plan *p)
 {
-	for (unsigned i = 0; i < p->npools; i++)
+	for (unsigned i = 0; i < p->npools; i++) {
 		free(p->pools[i].lost);
+		kvmap_free(&p->pools[i].map);
+	}
 	free(p->pools);
 	p->pools = NULL;
 	p->npools = 0;

@@ -22,8 +22,10 @@
  * size; SIZE and CHUNK_BYTES are not 0.  FILE: the pool's image in the
  * plan's directory, 1 to RESTORE_NAME_MAX - 1 bytes of [A-Za-z0-9._-],
  * not "." or ".." (so never a path).  No two pools share NO or FILE.
- * "lost" lines follow their pool's line: the chunks of it the restore
- * found damaged (zeros in the image), each index below the pool's chunk
+ * A FILE that ends in ".map" is the pool's chunk map (kvmap.h): its bytes
+ * are read from the KV store beside the log, not from an image.
+ * "lost" lines follow their pool's line (never a map's): the chunks of it
+ * the restore found damaged (zeros in the image), each index below the pool's chunk
  * count, increasing, at most RESTORE_LOST_MAX in a plan.  Only an
  * adapter's host pool may have them: its engine serves none of their
  * bytes (moeft_restored_intact), where a device pool's would be copied
@@ -37,6 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvmap.h"
 #include "kvstore.h"
 
 /* The names moeft restore gives the plan and the manifest in its output
@@ -84,8 +87,10 @@ struct restore_pool {
 	uint32_t nlost;
 	/* Restore mode's, not the file's: */
 	int fd;                       /* the image, opened by restore_plan_load;
-					 -1 until then */
+					 -1 until then, and for a map */
 	uint64_t file_dev, file_ino;  /* the file fd was opened on */
+	struct kvmap map;             /* its chunk map, read by restore_plan_load
+					 (map.e NULL: an image) */
 	uint64_t base;                /* the matching allocation; 0: none yet */
 	int host;                     /* it is host memory an adapter
 					 registered: read from the image, never
@@ -97,7 +102,14 @@ struct restore_plan {
 	uint64_t window, first_step, last_step;
 	unsigned npools;
 	struct restore_pool *pools;   /* npools of them (restore_plan_free) */
+	/* Restore mode's: the KV store the maps point into, opened to read by
+	 * restore_plan_load when a pool has one (-1: none). */
+	int store_fd;
+	uint64_t store_dev, store_ino, store_bytes;
 };
+
+/* Whether a plan's FILE names a chunk map (kvmap.h), not an image. */
+int restore_file_is_map(const char *file);
 
 /* Parse plan text (NUL-terminated) into p, whose pools are then allocated
  * (an earlier plan in p must be freed first): 0, or -1 with "line N: what

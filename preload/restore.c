@@ -44,6 +44,81 @@ static int open_image(const char *dir, struct restore_pool *q, char *err, size_t
 	return 0;
 }
 
+/* The KV store at store_path, which q's map points into, open to read
+ * in p (once for all maps).  0, or -1 with err set. */
+static int open_store(struct restore_plan *p, const char *store_path, char *err, size_t errlen)
+{
+	struct stat st;
+	int fd;
+
+	if (p->store_fd >= 0)
+		return 0;
+	if (!store_path) {
+		snprintf(err, errlen, "a pool is read from the KV store, and there is none");
+		return -1;
+	}
+	if ((fd = open(store_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0 || fstat(fd, &st) < 0) {
+		snprintf(err, errlen, "%s: %s", store_path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file", store_path);
+		close(fd);
+		return -1;
+	}
+	p->store_fd = fd;
+	p->store_dev = (uint64_t)st.st_dev;
+	p->store_ino = (uint64_t)st.st_ino;
+	p->store_bytes = (uint64_t)st.st_size;
+	return 0;
+}
+
+/* Read and check q's chunk map in dir: a map of this very pool, log and
+ * window, into a store of p's size.  0, or -1 with err set. */
+static int load_map(const char *dir, struct restore_plan *p, struct restore_pool *q,
+		    const char *store_path, char *err, size_t errlen)
+{
+	char path[PATH_MAX], why[200];
+	const struct kvmap *m = &q->map;
+	uint8_t *buf;
+	size_t len;
+	int ret;
+
+	if (snprintf(path, sizeof path, "%s/%s", dir, q->file) >= (int)sizeof path) {
+		snprintf(err, errlen, "%s/%s: path too long", dir, q->file);
+		return -1;
+	}
+	if (q->chunk_bytes < 4096 || q->chunk_bytes > KVMAP_CHUNK_MAX) {
+		snprintf(err, errlen, "%s: pool %u's chunks of %llu bytes are not ones a map holds",
+			 path, q->no, (unsigned long long)q->chunk_bytes);
+		return -1;
+	}
+	if (open_store(p, store_path, err, errlen) < 0)
+		return -1;
+	if (!(buf = (uint8_t *)restore_read_file(path, kvmap_file_bytes(q->size, q->chunk_bytes),
+						 &len, err, errlen)))
+		return -1;
+	ret = kvmap_parse(buf, len, p->store_bytes, &q->map, why, sizeof why);
+	free(buf);
+	if (ret < 0) {
+		snprintf(err, errlen, "%s: %s", path, why);
+		return -1;
+	}
+	if (m->pool != q->no || m->log_id != p->log_id || m->window != p->window ||
+	    m->size != q->size || m->chunk_bytes != q->chunk_bytes) {
+		snprintf(err, errlen, "%s: a map of pool %u (%llu bytes, chunks of %llu) of log "
+			 "%016llx window %llu, not of the plan's pool %u of window %llu", path,
+			 m->pool, (unsigned long long)m->size, (unsigned long long)m->chunk_bytes,
+			 (unsigned long long)m->log_id, (unsigned long long)m->window, q->no,
+			 (unsigned long long)p->window);
+		kvmap_free(&q->map);
+		return -1;
+	}
+	return 0;
+}
+
 /* The plan's text at path, NUL-terminated: NULL with err set when it
  * cannot be read, or is too long or binary. */
 static char *read_plan(const char *path, char *err, size_t errlen)
@@ -59,20 +134,39 @@ static char *read_plan(const char *path, char *err, size_t errlen)
 	return text;
 }
 
-int restore_plan_load(const char *path, struct restore_plan *p, char *err, size_t errlen)
+void restore_plan_close(struct restore_plan *p)
 {
-	char dir[PATH_MAX], what[200], *text;
-	const char *slash = strrchr(path, '/');
-	unsigned i;
-	int ret;
+	for (unsigned i = 0; i < p->npools; i++)
+		if (p->pools[i].fd >= 0)
+			close(p->pools[i].fd);
+	if (p->store_fd >= 0)
+		close(p->store_fd);
+	restore_plan_free(p);
+	p->store_fd = -1;
+}
 
-	if (!slash || (size_t)(slash - path) >= sizeof dir) {
+/* The directory of the plan at path (absolute) into dir.  0, or -1 with
+ * err set. */
+static int plan_dir(const char *path, char dir[PATH_MAX], char *err, size_t errlen)
+{
+	const char *slash = strrchr(path, '/');
+
+	if (!slash || (size_t)(slash - path) >= PATH_MAX) {
 		snprintf(err, errlen, "%s: not an absolute path", path);
 		return -1;
 	}
 	memcpy(dir, path, (size_t)(slash - path));
 	dir[slash - path] = '\0';
-	if (!(text = read_plan(path, err, errlen)))
+	return 0;
+}
+
+int restore_plan_load(const char *path, struct restore_plan *p, char *err, size_t errlen)
+{
+	char dir[PATH_MAX], what[200], *text;
+	unsigned i;
+	int ret;
+
+	if (plan_dir(path, dir, err, errlen) < 0 || !(text = read_plan(path, err, errlen)))
 		return -1;
 	ret = restore_plan_parse(text, p, what, sizeof what);
 	free(text);
@@ -81,12 +175,25 @@ int restore_plan_load(const char *path, struct restore_plan *p, char *err, size_
 		return -1;
 	}
 	for (i = 0; i < p->npools; i++)
-		if (open_image(dir, &p->pools[i], err, errlen) < 0) {
-			while (i--)
-				close(p->pools[i].fd);
-			restore_plan_free(p);
+		if (!restore_file_is_map(p->pools[i].file) &&
+		    open_image(dir, &p->pools[i], err, errlen) < 0) {
+			restore_plan_close(p);
 			return -1;
 		}
+	return 0;
+}
+
+int restore_plan_maps(const char *path, const char *store_path, struct restore_plan *p,
+		      char *err, size_t errlen)
+{
+	char dir[PATH_MAX];
+
+	if (plan_dir(path, dir, err, errlen) < 0)
+		return -1;
+	for (unsigned i = 0; i < p->npools; i++)
+		if (restore_file_is_map(p->pools[i].file) && !p->pools[i].map.e &&
+		    load_map(dir, p, &p->pools[i], store_path, err, errlen) < 0)
+			return -1;
 	return 0;
 }
 

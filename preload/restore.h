@@ -26,12 +26,20 @@
 #include "plan.h"
 
 /* Read and parse the plan at path, then open each pool's image (a regular
- * file of exactly the pool's size in the plan's directory, not a link): 0,
- * or -1 with one line in err naming the file, and p empty.  The
+ * file of exactly the pool's size in the plan's directory, not a link):
+ * 0, or -1 with one line in err naming the file, and p empty.  The
  * descriptors stay open for the process's life: the copies (copyin.h),
  * then the reads of host pools and the copies again of device KV
- * (resume.h). */
+ * (resume.h).  Pools read from the KV store wait for restore_plan_maps. */
 int restore_plan_load(const char *path, struct restore_plan *p, char *err, size_t errlen);
+/* Once the log is known: read each pool's chunk map (kvmap.h) beside the
+ * plan at path, checked against the plan and against the KV store at
+ * store_path, which is opened to read (once) when a pool has a map.  0,
+ * or -1 with one line in err naming the file (p is left to close). */
+int restore_plan_maps(const char *path, const char *store_path, struct restore_plan *p,
+		      char *err, size_t errlen);
+/* Close what restore_plan_load opened, and free p. */
+void restore_plan_close(struct restore_plan *p);
 
 /* A new allocation: claims the plan's first unclaimed pool of the same
  * identity.  Returns the pool, or NULL. */

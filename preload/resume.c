@@ -224,6 +224,7 @@ static int own_plan(const char *wal_path)
 
 void resume_start(struct wal *w, const char *wal_path, int at_step)
 {
+	char store[PATH_MAX], err[640];
 	struct wal_stats st;
 
 	if (rm.set_root[0] && !own_plan(wal_path))
@@ -232,6 +233,9 @@ void resume_start(struct wal *w, const char *wal_path, int at_step)
 	if (rm.plan.log_id != st.log_id)
 		resume_refuse("MOEFT_RESTORE: the plan is for log %016" PRIx64 ", %s is log %016"
 			      PRIx64, rm.plan.log_id, wal_path, st.log_id);
+	if (kvs_path(wal_path, store, sizeof store) < 0 ||
+	    restore_plan_maps(rm.plan_path, store, &rm.plan, err, sizeof err) < 0)
+		resume_refuse("MOEFT_RESTORE: %s", store[0] ? err : "the KV store's path is too long");
 	rm.pid = getpid();
 	load_index(rm.plan_path);
 	atexit(ended_unrestored);
@@ -301,7 +305,8 @@ static void copy_in(void *stream)
 	if (copyin_pools(&rm.plan, stream, &event, &st, err, sizeof err) < 0)
 		resume_refuse("copying the KV in failed: %s", err);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	/* The images stay open: resume_device_copy reads them again. */
+	/* The images and the store stay open: resume_device_copy reads them
+	 * again. */
 	atomic_store_explicit(&rm.restored, event, memory_order_release);
 	atomic_store_explicit(&rm.watching, 0, memory_order_relaxed);
 	shim_watch_launches(0);
@@ -310,11 +315,11 @@ static void copy_in(void *stream)
 		s = 1e-9;
 	msg_log(WAL_LOG_WARN, "restore: %u KV pools of window %" PRIu64 " (steps %" PRIu64 "-%"
 		PRIu64 "): %" PRIu64 " bytes of KV restored in %.3f s (%.2f GB/s): %" PRIu64
-		" bytes of data copied (%.2f GB/s), %" PRIu64 " bytes of zeros set; reading "
-		"threads: %u, buffers: %s; resuming at step %" PRIu64, rm.plan.npools,
-		rm.plan.window, rm.plan.first_step, rm.plan.last_step, st.data + st.zero, s,
-		(double)(st.data + st.zero) / s / 1e9, st.data, (double)st.data / s / 1e9,
-		st.zero, st.threads, st.pageable ? "pageable (no pinned memory)" : "pinned",
+		" bytes of data copied (%.2f GB/s), %" PRIu64 " bytes of zeros set; %" PRIu64
+		" bytes read from the KV store; reading threads: %u, buffers: %s; resuming at "
+		"step %" PRIu64, rm.plan.npools, rm.plan.window, rm.plan.first_step,
+		rm.plan.last_step, st.data + st.zero, s, (double)(st.data + st.zero) / s / 1e9,
+		st.data, (double)st.data / s / 1e9, st.zero, st.live, st.threads, st.pageable ? "pageable (no pinned memory)" : "pinned",
 		rm.plan.last_step + 1);
 }
 
@@ -401,6 +406,12 @@ int resume_host_pool(const struct alloc_info *a)
 		resume_refuse("the adapter's KV pool at 0x%" PRIx64 " (%" PRIu64 " bytes) has no "
 			      "pool of the crashed process of the same identity: another model or "
 			      "configuration", a->base, a->size);
+	}
+	if (q->map.e || restore_file_is_map(q->file)) {
+		pthread_mutex_unlock(&rm.lock);
+		resume_refuse("the adapter's KV pool at 0x%" PRIx64 " is pool %u of the crashed "
+			      "process, which the restore took for device memory (%s): a plan "
+			      "another restore wrote", a->base, q->no, q->file);
 	}
 	rm.plan.pools[q - rm.plan.pools].host = 1;
 	no = (int)(q - rm.plan.pools);

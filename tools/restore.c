@@ -30,6 +30,7 @@
 #include "config.h"
 #include "crc32c.h"
 #include "guard.h"
+#include "kvmap.h"
 #include "json.h"
 #include "logname.h"
 #include "logset.h"
@@ -66,6 +67,7 @@ struct image {
 struct restore {
 	const struct cli_command *cmd;
 	int json;
+	int images;                     /* --images: no chunk maps */
 	const char *wal, *out;
 	char **cmdv;                    /* the command after "--"; NULL: offline */
 	const char *logs_dir;           /* where the preload keeps the lists of
@@ -123,7 +125,8 @@ static int ours(const char *name, int *tmp)
 	    (n == strlen(PLAN) && !strncmp(name, PLAN, n)) ||
 	    (n == strlen(REQUESTS) && !strncmp(name, REQUESTS, n)))
 		return 1;
-	if (n < 13 || strncmp(name, "kv-pool-", 8) || strncmp(name + n - 4, ".bin", 4))
+	if (n < 13 || strncmp(name, "kv-pool-", 8) ||
+	    (strncmp(name + n - 4, ".bin", 4) && strncmp(name + n - 4, ".map", 4)))
 		return 0;
 	d = strspn(name + 8, "0123456789");
 	return d > 0 && d < 6 && 8 + d + 4 == n;
@@ -421,10 +424,35 @@ static void progress(struct restore *rs, uint64_t len)
 	pthread_mutex_unlock(&rs->lock);
 }
 
-/* kv-pool-N.bin: the pool's bytes as of C, lost and unwritten chunks as
- * the file's holes (zeros). */
-static int write_image(struct restore *rs, const struct state_pool *p, struct image *im)
+/* Whether pool i is host memory an engine adapter registered. */
+static int adapter_pool(const struct restore *rs, unsigned i)
 {
+	const struct state_alloc *a = rs->s.pool[i].alloc;
+
+	return a && a->a.api == ALLOC_API_ADAPTER;
+}
+
+/* Whether pool i is restored from the KV store through its chunk map
+ * (kvmap.h), not from an image: an online restore's device pool (an
+ * adapter's host pool is read again while the server runs, which the
+ * store's slots do not outlive), of chunks a map holds, unless --images. */
+static int mapped(const struct restore *rs, unsigned i)
+{
+	uint64_t cb = rs->s.pool[i].info.d.chunk_bytes;
+
+	return rs->cmdv && !rs->images && !adapter_pool(rs, i) && cb >= 4096 &&
+	       cb <= KVMAP_CHUNK_MAX;
+}
+
+/* kv-pool-N.map (mapped) or kv-pool-N.bin: where each chunk's bytes as of
+ * C lie in the store, or the pool's bytes with lost and unwritten chunks
+ * as the file's holes (zeros).  Every chunk's CRC is checked either way,
+ * so a damaged one is found before CMD starts. */
+static int write_pool(struct restore *rs, unsigned i)
+{
+	const struct state_pool *p = &rs->s.pool[i];
+	struct image *im = &rs->img[i];
+	struct kvmap m = { 0 };
 	char tmp[40], why[160];
 	const uint8_t *data;
 	uint64_t c, len;
@@ -432,10 +460,19 @@ static int write_image(struct restore *rs, const struct state_pool *p, struct im
 	FILE *f;
 	int kind, err = 0;
 
-	snprintf(im->file, sizeof im->file, "kv-pool-%" PRIu32 ".bin", p->no);
-	if (!(f = tmp_open(rs, im->file, tmp, sizeof tmp)))
+	if (mapped(rs, i)) {
+		m = (struct kvmap){ .pool = p->no, .log_id = rs->s.rec->log_id, .window = rs->s.c->id,
+				    .size = p->info.d.size, .chunk_bytes = p->info.d.chunk_bytes,
+				    .nchunks = p->info.nchunks };
+		if (!(m.e = calloc(m.nchunks, sizeof *m.e)))
+			return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "out of memory");
+	}
+	snprintf(im->file, sizeof im->file, "kv-pool-%" PRIu32 ".%s", p->no, m.e ? "map" : "bin");
+	if (!(f = tmp_open(rs, im->file, tmp, sizeof tmp))) {
+		free(m.e);
 		return io_fail(rs, tmp, errno);
-	if (ftruncate(fileno(f), (off_t)p->info.d.size) < 0)
+	}
+	if (!m.e && ftruncate(fileno(f), (off_t)p->info.d.size) < 0)
 		err = errno;
 	for (c = 0; !err && c < p->info.nchunks; c++) {
 		len = state_chunk_len(p, c);
@@ -445,7 +482,10 @@ static int write_image(struct restore *rs, const struct state_pool *p, struct im
 			/* The chunk's CRC is verified: the image's is combined, not
 			 * computed over the bytes again. */
 			im->crc = crc32c_combine(im->crc, crc, len);
-			if (pwrite_all(fileno(f), data, len, c * p->info.d.chunk_bytes) < 0)
+			if (m.e)
+				m.e[c] = (struct kvmap_entry){ kvs_reader_offset(rs->s.kv, data),
+							       (uint32_t)len, crc };
+			else if (pwrite_all(fileno(f), data, len, c * p->info.d.chunk_bytes) < 0)
 				err = errno ? errno : EIO;
 			im->stored++;
 			im->stored_bytes += len;
@@ -455,6 +495,13 @@ static int write_image(struct restore *rs, const struct state_pool *p, struct im
 			err = ENOMEM;
 		im->crc = crc32c_zeros(im->crc, len);
 	}
+	if (m.e && !err && kvmap_write(f, &m, kvs_reader_size(rs->s.kv), why, sizeof why) < 0) {
+		free(m.e);
+		fclose(f);
+		unlinkat(rs->dir, tmp, 0);
+		return cli_fail(rs->cmd, rs->json, EXIT_USAGE, "%s/%s: %s", rs->out, im->file, why);
+	}
+	free(m.e);
 	return tmp_commit(rs, f, tmp, im->file, err);
 }
 
@@ -479,7 +526,7 @@ static void *image_worker(void *arg)
 	int ret, none;
 
 	while (!atomic_load(&j->ret) && (i = atomic_fetch_add(&j->next, 1)) < rs->s.npools)
-		if ((ret = write_image(rs, &rs->s.pool[i], &rs->img[i]))) {
+		if ((ret = write_pool(rs, i))) {
 			none = 0;
 			atomic_compare_exchange_strong(&j->ret, &none, ret);
 		}
@@ -833,14 +880,6 @@ static void remove_stale(struct restore *rs)
 }
 
 /* ---- what went wrong ------------------------------------------------------ */
-
-/* Whether pool i is host memory an engine adapter registered. */
-static int adapter_pool(const struct restore *rs, unsigned i)
-{
-	const struct state_alloc *a = rs->s.pool[i].alloc;
-
-	return a && a->a.api == ALLOC_API_ADAPTER;
-}
 
 /* Whether the lost chunks, if any, are all an adapter's to leave out: its
  * engine serves none (moeft_restored_intact), so they cost a recompute,
@@ -1535,6 +1574,7 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 		{ "out", required_argument, NULL, 'o' },
 		{ "preload", required_argument, NULL, 'p' },
 		{ "force-fresh", no_argument, NULL, 'f' },
+		{ "images", no_argument, NULL, 'i' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
@@ -1556,6 +1596,7 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 		case 'o': rs.out = optarg; break;
 		case 'p': lib = optarg; break;
 		case 'f': fresh = 1; break;
+		case 'i': rs.images = 1; break;
 		case 'j': o.json = 1; break;
 		case 'h': cli_print_usage(cmd, stdout); return EXIT_OK;
 		}
@@ -1574,8 +1615,9 @@ static int restore(const struct cli_command *cmd, int argc, char **argv)
 		cli_path_opt(&o, "--out", rs.out, 0);
 	else if (!rs.cmdv)
 		cli_usage_error(&o, "--out DIR is required (or a command after \"--\")");
-	if (!rs.cmdv && (lib || fresh))
-		cli_usage_error(&o, "--%s needs a command after \"--\"", lib ? "preload" : "force-fresh");
+	if (!rs.cmdv && (lib || fresh || rs.images))
+		cli_usage_error(&o, "--%s needs a command after \"--\"",
+				lib ? "preload" : fresh ? "force-fresh" : "images");
 	if (rs.cmdv && !lib) {
 		if (launch_find_preload(preload, sizeof preload) < 0)
 			cli_usage_error(&o, "--preload LIB is required: no libmoeft.so beside moeft");
@@ -1643,7 +1685,7 @@ const struct cli_command cmd_restore = {
 	.usage =
 	"Usage: moeft restore --wal PATH --out DIR [--json]\n"
 	"       moeft restore [--wal PATH] [--out DIR] [--preload LIB] [--force-fresh]\n"
-	"                     [--json] -- CMD [ARGS...]\n"
+	"                     [--images] [--json] -- CMD [ARGS...]\n"
 	"\n"
 	"Read the log at PATH and its KV store (PATH.kv) and write the state of the\n"
 	"last committed decode window into DIR (created when missing, but not its\n"
@@ -1655,9 +1697,12 @@ const struct cli_command cmd_restore = {
 	"\n"
 	"With a command after \"--\", the restore is online: the state is written\n"
 	"(into PATH.restore unless --out says where), then CMD replaces moeft under\n"
-	"the preload, on the same log, in restore mode: its KV pools get the images\n"
-	"before its first decode step, matched to its allocations by call site,\n"
-	"size and ordinal.  Only the preload, once it has taken the plan, sets\n"
+	"the preload, on the same log, in restore mode: its KV pools get their\n"
+	"bytes before its first decode step, matched to its allocations by call\n"
+	"site, size and ordinal.  A device pool's bytes are copied straight from\n"
+	"the KV store, each chunk checked again as it is read: DIR gets its chunk\n"
+	"map (kv-pool-N.map), not an image; an engine adapter's host pools, and\n"
+	"every pool with --images, get images.  Only the preload, once it has taken the plan, sets\n"
 	"MOEFT_RESTORE_MANIFEST (manifest.json) for CMD's recovery hook\n"
 	"(resume_step): a CMD without it is never told to resume.  A log without a\n"
 	"committed decode window starts CMD fresh.  CMD is not started when the\n"
@@ -1678,6 +1723,10 @@ const struct cli_command cmd_restore = {
 	"  -o, --out DIR    the directory to write\n"
 	"  -p, --preload LIB  libmoeft.so for CMD (default: the one beside moeft)\n"
 	"  -f, --force-fresh  start CMD on the log without restoring anything\n"
+	"  -i, --images     online: an image of every pool, none read from the KV\n"
+	"                   store (whose slots a restored server's second write of\n"
+	"                   a chunk reuses: a block copied again from the store\n"
+	"                   later than that is refused, and recomputed)\n"
 	"  -j, --json       print the summary as one JSON object on stdout instead of\n"
 	"                   a line on stderr\n"
 	"  -h, --help       show this help\n"

@@ -773,6 +773,8 @@ int kvs_unput(struct kvs *s, uint32_t pool_no, uint64_t chunk, uint64_t window)
 
 struct kvs_reader {
 	struct media m;          /* set when opened by path */
+	const uint8_t *img;      /* the store's bytes */
+	size_t len;
 	uint32_t id;
 	struct parts parts;
 };
@@ -809,6 +811,8 @@ int kvs_reader_open_buf(const void *buf, size_t len, uint64_t expect_log_id,
 	if (!(r = calloc(1, sizeof *r)))
 		return wal_fail(err, WAL_ENOMEM, "out of memory");
 	r->m.fd = -1;
+	r->img = img;
+	r->len = len;
 	r->id = log_id_crc(h.log_id);
 	if ((ret = load_pools(img, h.table, r->id, len, &r->parts, err)) < 0) {
 		parts_free(&r->parts);
@@ -856,6 +860,16 @@ void kvs_reader_close(struct kvs_reader *r)
 		media_close(&r->m);
 	parts_free(&r->parts);
 	free(r);
+}
+
+uint64_t kvs_reader_size(const struct kvs_reader *r)
+{
+	return r->len;
+}
+
+uint64_t kvs_reader_offset(const struct kvs_reader *r, const uint8_t *data)
+{
+	return (uint64_t)(data - r->img);
 }
 
 unsigned kvs_reader_pools(const struct kvs_reader *r)

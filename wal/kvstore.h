@@ -175,4 +175,9 @@ int kvs_reader_chunk(const struct kvs_reader *r, uint32_t pool_no, uint64_t chun
 		     uint64_t upto, const uint8_t **data, uint32_t *len, uint64_t *window,
 		     uint32_t *crc);
 
+/* The store's bytes, and the offset in it of bytes kvs_reader_chunk
+ * pointed to (what a reader of the file with pread finds there). */
+uint64_t kvs_reader_size(const struct kvs_reader *r);
+uint64_t kvs_reader_offset(const struct kvs_reader *r, const uint8_t *data);
+
 #endif

@@ -31,7 +31,7 @@ MOEFT_WAL="$dir/w.wal" LD_PRELOAD="$lib" "$serve" $args --journal="$dir/j" >/dev
 # The plan and the images, written by moeft restore for a command that
 # makes no CUDA call (one of this build's: a sanitizer build's preload
 # needs its runtime in the program).
-"$moeft" restore --wal "$dir/w.wal" --out "$dir/out" --preload "$lib" -- "$kvtool" crc "$dir/j" \
+"$moeft" restore --wal "$dir/w.wal" --out "$dir/out" --images --preload "$lib" -- "$kvtool" crc "$dir/j" \
 	2>"$dir/restore.err" || fail "moeft restore: $(cat "$dir/restore.err")"
 image=$dir/out/kv-pool-0.bin
 size=$(stat -c %s "$image")
