@@ -6,7 +6,7 @@ Usage: check_layers.py SOURCE_ROOT [SHIM_ARCHIVE]
 1. Every #include of a production folder that names one of the project's
    headers ("..." always, <...> when no system header has that name)
    resolves to a header of a folder it may depend on: dependencies point
-   down (tools -> include, preload's plan.h, reqindex.h, config.h,
+   down (tools -> include, preload's plan.h, kvmap.h, reqindex.h, config.h,
    profile.h and triton.h (the rules and their placement on Triton
    kernels, for moeft profile check), wal, kernels;
    preload -> include,
@@ -37,7 +37,7 @@ ALLOWED = {
     "preload": {"preload": ANY, "include": ANY, "wal": ANY, "kernels": ANY,
                 "shim": {"shim.h", "kernel_id.h"}},
     "tools": {"tools": ANY, "include": ANY, "wal": ANY, "kernels": ANY,
-              "preload": {"plan.h", "reqindex.h", "config.h", "profile.h", "triton.h"}},
+              "preload": {"plan.h", "kvmap.h", "reqindex.h", "config.h", "profile.h", "triton.h"}},
     "demo": {"demo": ANY, "wal": ANY},
 }
 SYSTEM_DIRS = ["/usr/include", "/usr/local/include", "/usr/local/cuda/include"]

@@ -23,20 +23,24 @@
  *   - a range past the pool's end or longer than the pool is -ENODEV, a
  *     NULL dst or n 0 -EINVAL, a stream being captured -EBUSY.
  * Before its crash, write finds both calls -ENODEV (no restore).
- * Prints "devcopy: R blocks restored, copied and checked" and exits 0.
+ * Prints "devcopy: R blocks restored, copied and checked" and exits 0;
+ * with "store", then overwrites the KV store and copies block 0 again
+ * (store_changed).
  *
- * Usage: devcopy write STEPS | devcopy check   (under LD_PRELOAD=libmoeft.so,
+ * Usage: devcopy write STEPS | devcopy check [store]   (under LD_PRELOAD=libmoeft.so,
  *        MOEFT_PROFILE naming the rules devcopy.sh writes)
  */
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fixture.h"
 #include "moeft.h"
@@ -281,6 +285,40 @@ static void check_run(cudaStream_t s, uint8_t *pool)
 	printf("devcopy: %u blocks restored, copied and checked\n", rs);
 }
 
+/* The KV store beside the log, past its pool table, overwritten (what a
+ * restored server's later windows do to the slots of the restored one):
+ * a copy of block 0 again is then 0 and right (from an image) or -EIO
+ * (from the store: refused, never the changed bytes).  Prints the code. */
+static void store_changed(cudaStream_t s, uint8_t *pool)
+{
+	int (*device)(const void *, size_t);
+	int (*copy)(const struct moeft_restored_range *, size_t, void *);
+	const char *wal = getenv("MOEFT_WAL");
+	static uint8_t junk[1 << 20], host[BLOCK];
+	char path[4096];
+	uint8_t *scratch;
+	off_t at, end;
+	int fd, rc;
+
+	api(&device, &copy);
+	memset(junk, 0x5a, sizeof junk);
+	if (!wal || snprintf(path, sizeof path, "%s.kv", wal) >= (int)sizeof path ||
+	    (fd = open(path, O_WRONLY)) < 0 || (end = lseek(fd, 0, SEEK_END)) < 0)
+		fail("cannot open the KV store beside MOEFT_WAL");
+	for (at = 2 << 20; at < end; at += (off_t)sizeof junk)
+		if (pwrite(fd, junk, sizeof junk, at) != (ssize_t)sizeof junk)
+			fail("cannot write the KV store");
+	close(fd);
+	check_cuda(cudaMalloc((void **)&scratch, BLOCK), "cudaMalloc scratch");
+	rc = copy(&(struct moeft_restored_range){ pool, scratch, BLOCK }, 1, s);
+	if (rc == 0) {
+		check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+		check_cuda(cudaMemcpy(host, scratch, BLOCK, cudaMemcpyDeviceToHost), "read scratch");
+		expect_block(host, 0, 1, "copied after the store changed");
+	}
+	printf("devcopy: a copy after the store changed: %d\n", rc);
+}
+
 int main(int argc, char **argv)
 {
 	cudaStream_t s;
@@ -288,14 +326,17 @@ int main(int argc, char **argv)
 	long *slot;
 
 	if (argc < 2 || (strcmp(argv[1], "write") && strcmp(argv[1], "check")) ||
-	    (!strcmp(argv[1], "write") && argc != 3)) {
-		fprintf(stderr, "usage: devcopy write STEPS | devcopy check\n");
+	    (!strcmp(argv[1], "write") && argc != 3) ||
+	    (!strcmp(argv[1], "check") && argc > 2 && (argc > 3 || strcmp(argv[2], "store")))) {
+		fprintf(stderr, "usage: devcopy write STEPS | devcopy check [store]\n");
 		return 2;
 	}
 	check_cuda(cudaStreamCreate(&s), "cudaStreamCreate");
 	pool = make_pool(s);
 	if (!strcmp(argv[1], "check")) {
 		check_run(s, pool);
+		if (argc == 3)
+			store_changed(s, pool);
 		return 0;
 	}
 	check_cuda(cudaMalloc((void **)&slot, sizeof *slot), "cudaMalloc slot");

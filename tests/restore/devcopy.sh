@@ -25,9 +25,25 @@ export MOEFT_PROFILE="$dir/rules" MOEFT_WINDOW=8
 MOEFT_WAL="$dir/w.wal" LD_PRELOAD="$lib" "$devcopy" write 28 2>"$dir/write.err"
 rc=$?
 [ $rc = 137 ] || fail "the first run: status $rc, want 137 (SIGKILL): $(cat "$dir/write.err")"
-"$moeft" restore --wal "$dir/w.wal" --preload "$lib" -- "$devcopy" check \
-	>"$dir/check.out" 2>"$dir/check.err" || fail "moeft restore -- devcopy check: exit $?: \
+cp "$dir/w.wal" "$dir/w.orig" && cp "$dir/w.wal.kv" "$dir/kv.orig" || fail "cp"
+
+# From the KV store (the default: chunk maps), then from images; the
+# store overwritten afterwards: a copy again is refused (-EIO), or, from
+# an image, right.
+for how in store images; do
+	cp "$dir/w.orig" "$dir/w.wal" && cp "$dir/kv.orig" "$dir/w.wal.kv" && rm -rf "$dir/w.wal.restore" ||
+		fail "cp"
+	case $how in
+	store) opt= want=-5 ;;
+	images) opt=--images want=0 ;;
+	esac
+	"$moeft" restore --wal "$dir/w.wal" $opt --preload "$lib" -- "$devcopy" check store \
+		>"$dir/check.out" 2>"$dir/check.err" || fail "$how: moeft restore -- devcopy check: exit $?: \
 $(cat "$dir/check.err")"
-[ "$(cat "$dir/check.out")" = "devcopy: 24 blocks restored, copied and checked" ] ||
-	fail "devcopy check said: $(cat "$dir/check.out") $(cat "$dir/check.err")"
-echo "restore devcopy.sh: 24 blocks restored, copied into other blocks and memory: ok"
+	[ "$(cat "$dir/check.out")" = "devcopy: 24 blocks restored, copied and checked
+devcopy: a copy after the store changed: $want" ] ||
+		fail "$how: devcopy check said: $(cat "$dir/check.out") $(cat "$dir/check.err")"
+	[ $how = images ] || grep -q "pool [0-9]* chunk 0: its bytes in the KV store fail their CRC-32C" \
+		"$dir/check.err" || fail "$how: no line says why the copy failed: $(cat "$dir/check.err")"
+done
+echo "restore devcopy.sh: 24 blocks restored, copied into other blocks and memory (from the store and from images); a copy from a changed store refused: ok"
