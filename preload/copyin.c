@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/stat.h>
 
@@ -43,8 +44,14 @@ struct job {
 	void *stream;                   /* moeft's own, for every copy */
 	void *context;
 	const struct restore_plan *plan;
+	void *ready;                    /* the application's work before */
+	atomic_flag started;            /* a reading thread found it done, */
+	struct timespec t0;             /* at t0: the data's time begins */
 	struct piece *pieces;
 	size_t npieces, cap;
+	struct piece *holes;            /* zeroed once the data is in (a copy
+					   queued behind them would wait) */
+	size_t nholes, holecap;
 	atomic_size_t next;
 	atomic_int failed;
 	atomic_int pageable;
@@ -69,22 +76,38 @@ static void job_fail(struct job *j, const char *fmt, ...)
 	pthread_mutex_unlock(&j->lock);
 }
 
-static int add_piece(struct job *j, const struct piece *piece)
+/* piece at the end of *v (*n of *cap used).  0, or -1 with j failed. */
+static int append(struct job *j, struct piece **v, size_t *n, size_t *cap,
+		  const struct piece *piece)
 {
 	struct piece *p;
 
-	if (j->npieces == j->cap) {
-		size_t cap = j->cap ? 2 * j->cap : 64;
+	if (*n == *cap) {
+		size_t more = *cap ? 2 * *cap : 64;
 
-		if (!(p = realloc(j->pieces, cap * sizeof *p))) {
+		if (!(p = realloc(*v, more * sizeof *p))) {
 			job_fail(j, "out of memory");
 			return -1;
 		}
-		j->pieces = p;
-		j->cap = cap;
+		*v = p;
+		*cap = more;
 	}
-	j->pieces[j->npieces++] = *piece;
+	(*v)[(*n)++] = *piece;
 	return 0;
+}
+
+static int add_piece(struct job *j, const struct piece *piece)
+{
+	return append(j, &j->pieces, &j->npieces, &j->cap, piece);
+}
+
+/* q's bytes [at, at + len) to be zeroed on the device. */
+static int add_hole(struct job *j, const struct restore_pool *q, uint64_t at, uint64_t len,
+		    struct copyin_stats *st)
+{
+	st->zero += len;
+	return len ? append(j, &j->holes, &j->nholes, &j->holecap,
+			    &(struct piece){ q, at, len, 0, len, q->base + at }) : 0;
 }
 
 /* q's bytes [at, end) as pieces of at most PIECE bytes, all copied to
@@ -145,18 +168,12 @@ static int same_image(struct job *j, const struct restore_pool *q)
 static int cut(struct job *j, const struct restore_pool *q, struct copyin_stats *st)
 {
 	uint64_t at = 0, end, next;
-	int r;
 
 	while (at < q->size) {
 		next = seek(q->fd, at, q->size, SEEK_DATA);
 		if (next - at >= HOLE_MIN || next == q->size) {
-			if (next > at && (r = shim_dev_zero(q->base + at, next - at, j->stream))) {
-				job_fail(j, "pool %u: zeroing %llu bytes at %llu failed (CUresult %d)",
-					 q->no, (unsigned long long)(next - at),
-					 (unsigned long long)at, r);
+			if (add_hole(j, q, at, next - at, st) < 0)
 				return -1;
-			}
-			st->zero += next - at;
 			if ((at = next) == q->size)
 				break;
 		}
@@ -184,7 +201,6 @@ static int cut_map(struct job *j, const struct restore_pool *q, struct copyin_st
 {
 	const struct kvmap *m = &q->map;
 	uint64_t c = 0, z, at, end, per = PIECE / m->chunk_bytes;
-	int r;
 
 	while (c < m->nchunks) {
 		for (z = c; z < m->nchunks && !m->e[z].len; z++)
@@ -192,13 +208,8 @@ static int cut_map(struct job *j, const struct restore_pool *q, struct copyin_st
 		at = c * m->chunk_bytes;
 		end = z == m->nchunks ? m->size : z * m->chunk_bytes;
 		if (end - at >= MAP_HOLE_MIN || z == m->nchunks) {
-			if (end > at && (r = shim_dev_zero(q->base + at, end - at, j->stream))) {
-				job_fail(j, "pool %u: zeroing %llu bytes at %llu failed (CUresult %d)",
-					 q->no, (unsigned long long)(end - at),
-					 (unsigned long long)at, r);
+			if (add_hole(j, q, at, end - at, st) < 0)
 				return -1;
-			}
-			st->zero += end - at;
 			c = z;
 		}
 		/* Data up to the next run of zeros long enough to skip. */
@@ -342,6 +353,14 @@ static void work(struct job *j)
 			job_fail(j, "cannot make an event (CUresult %d)", r);
 			goto out;
 		}
+	/* No copy can start before the application's work enqueued before
+	 * it (its pools' initialiser): the data's time starts after that. */
+	if ((r = shim_dev_sync(j->ready))) {
+		job_fail(j, "waiting for the application's stream failed (CUresult %d)", r);
+		goto out;
+	}
+	if (!atomic_flag_test_and_set(&j->started))
+		clock_gettime(CLOCK_MONOTONIC, &j->t0);
 	for (k = 0; !atomic_load(&j->failed) && (i = atomic_fetch_add(&j->next, 1)) < j->npieces;
 	     k = (k + 1) % BUFS) {
 		const struct piece *p = &j->pieces[i];
@@ -408,8 +427,8 @@ static void job_open(struct job *j, const struct restore_plan *p, void *stream, 
 {
 	int r;
 
-	*j = (struct job){ .plan = p, .lock = PTHREAD_MUTEX_INITIALIZER, .err = err,
-			   .errlen = errlen };
+	*j = (struct job){ .plan = p, .started = ATOMIC_FLAG_INIT,
+			   .lock = PTHREAD_MUTEX_INITIALIZER, .err = err, .errlen = errlen };
 	j->context = shim_dev_current();
 	if ((r = shim_dev_stream(&j->stream)) || (r = shim_dev_event(ready)) ||
 	    (r = shim_dev_record(*ready, stream)) || (r = shim_dev_wait(j->stream, *ready)))
@@ -428,6 +447,9 @@ static int job_close(struct job *j, void *stream, void *ready, void **done,
 
 	*done = NULL;
 	if (!atomic_load(&j->failed) && j->npieces) {
+		struct timespec t1;
+
+		j->ready = ready;
 		/* The caller only waits: its waits for copies would count as
 		 * unsafe in another thread's global-mode capture, the workers'
 		 * do not (shim_dev_bind_thread). */
@@ -438,8 +460,18 @@ static int job_close(struct job *j, void *stream, void *ready, void **done,
 			work(j);	/* no thread to be had: the caller reads */
 		for (i = 0; i < n; i++)
 			pthread_join(tid[i], NULL);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		st->data_s = (double)(t1.tv_sec - j->t0.tv_sec) +
+			     (double)(t1.tv_nsec - j->t0.tv_nsec) / 1e9;
 		st->threads = n ? n : 1;
 		st->pageable = atomic_load(&j->pageable);
+	}
+	for (i = 0; i < j->nholes && !atomic_load(&j->failed); i++) {
+		const struct piece *h = &j->holes[i];
+
+		if ((r = shim_dev_zero(h->dev, h->len, j->stream)))
+			job_fail(j, "pool %u: zeroing %llu bytes at %llu failed (CUresult %d)",
+				 h->q->no, (unsigned long long)h->len, (unsigned long long)h->off, r);
 	}
 	if (!atomic_load(&j->failed) &&
 	    ((r = shim_dev_event(done)) || (r = shim_dev_record(*done, j->stream)) ||
@@ -451,6 +483,7 @@ static int job_close(struct job *j, void *stream, void *ready, void **done,
 		*done = NULL;
 	}
 	free(j->pieces);
+	free(j->holes);
 	if (ready)
 		shim_dev_event_free(ready);
 	if (j->stream)

@@ -25,6 +25,8 @@ struct copyin_stats {
 	uint64_t live;      /* of them, bytes of chunks the KV store holds
 			       (pools restored from their chunk maps) */
 	uint64_t zero;      /* bytes of holes set to zero on the device */
+	double data_s;      /* the data's time: from the reading threads'
+			       start to the end of their last copy */
 	unsigned threads;   /* that read them */
 	int pageable;       /* 1: no pinned memory, pageable buffers instead */
 };

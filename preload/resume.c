@@ -315,11 +315,12 @@ static void copy_in(void *stream)
 		s = 1e-9;
 	msg_log(WAL_LOG_WARN, "restore: %u KV pools of window %" PRIu64 " (steps %" PRIu64 "-%"
 		PRIu64 "): %" PRIu64 " bytes of KV restored in %.3f s (%.2f GB/s): %" PRIu64
-		" bytes of data copied (%.2f GB/s), %" PRIu64 " bytes of zeros set; %" PRIu64
-		" bytes read from the KV store; reading threads: %u, buffers: %s; resuming at "
-		"step %" PRIu64, rm.plan.npools, rm.plan.window, rm.plan.first_step,
+		" bytes of data copied in %.3f s (%.2f GB/s), %" PRIu64 " bytes of zeros set; %"
+		PRIu64 " bytes read from the KV store; reading threads: %u, buffers: %s; resuming "
+		"at step %" PRIu64, rm.plan.npools, rm.plan.window, rm.plan.first_step,
 		rm.plan.last_step, st.data + st.zero, s, (double)(st.data + st.zero) / s / 1e9,
-		st.data, (double)st.data / s / 1e9, st.zero, st.live, st.threads, st.pageable ? "pageable (no pinned memory)" : "pinned",
+		st.data, st.data_s, st.data_s > 0 ? (double)st.data / st.data_s / 1e9 : 0.0, st.zero,
+		st.live, st.threads, st.pageable ? "pageable (no pinned memory)" : "pinned",
 		rm.plan.last_step + 1);
 }
 

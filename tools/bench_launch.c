@@ -68,7 +68,7 @@ static void check_pieces(struct cli_opts *o, struct ctx *c, const char *bench,
 static int run(struct ctx *c, char *const argv[], int preload, char *out, size_t outlen,
 	       double *wall)
 {
-	return fxrun_run(&c->fx, argv, preload, 0, out, outlen, wall);
+	return fxrun_run(&c->fx, argv, preload ? FXRUN_PRELOAD : 0, out, outlen, wall);
 }
 
 /* ---- measurements -------------------------------------------------------- */

@@ -22,6 +22,16 @@
  * restore each on its own.  The bytes are the images' (the pools' size).
  * Once timed, the images of the last run are compared with what was
  * forged, so that a fast restore of the wrong bytes cannot pass.
+ *
+ * Online, with --fixture and --serve (fxrun.h): the serving program on
+ * the CPU fixture decodes ONLINE_STEPS steps into a KV pool of --pool-mib
+ * MiB under the preload, and its log stands in for a crashed server's;
+ * then 'moeft restore --wal W -- serve' restarts it, and the preload's
+ * line says what the copy into the (fixture's) device moved: the bytes of
+ * live chunks read from the KV store (live_bytes), the bytes copied
+ * (copied_bytes; live chunks and the short runs of zeros between them),
+ * the zeros set, and the copy's time, against memcpy of the live bytes in
+ * this process (best of REPEATS).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +43,7 @@
 
 #include "bench.h"
 #include "forge.h"
+#include "fxrun.h"
 #include "json.h"
 #include "record.h"
 #include "restore.h"
@@ -58,7 +69,14 @@ struct fixture {
 struct figures {
 	double restore_s, memcpy_s, load_s, images_s;   /* best of REPEATS */
 	struct restore_stats last;
+	/* online (fxrun.h): the preload's restore line, and memcpy of live */
+	int online;
+	uint64_t pool_bytes, restored, copied, zeroed, live;
+	double restore_online_s, copy_s, live_memcpy_s;	/* all, the data, memcpy */
 };
+
+/* The online run: 4 layers, hidden 256, 8 sequences decoding, one pool. */
+#define ONLINE_STEPS "--steps=144"
 
 /* ---- the fixture ----------------------------------------------------------- */
 
@@ -215,11 +233,101 @@ static int run(struct fixture *x, struct figures *fg, char *msg, size_t len)
 	return ret ? ret : check_images(x, msg, len);
 }
 
+/* ---- online: the preload's copy from the KV store --------------------------- */
+
+/* The preload's line in c->err: 0, or -1 with c->msg set. */
+static int read_copy_line(struct fxrun *c, struct figures *fg)
+{
+	static const char key[] = " bytes of KV restored in ";
+	char buf[16384], *p, *q;
+	FILE *fp = fopen(c->err, "r");
+	size_t n = fp ? fread(buf, 1, sizeof buf - 1, fp) : 0;
+
+	if (fp)
+		fclose(fp);
+	buf[n] = '\0';
+	if ((p = strstr(buf, key)))
+		for (q = p; q > buf && q[-1] >= '0' && q[-1] <= '9'; q--)
+			;
+	if (!p || sscanf(q, "%" SCNu64 " bytes of KV restored in %lf s (%*f GB/s): %" SCNu64
+			 " bytes of data copied in %lf s (%*f GB/s), %" SCNu64 " bytes of zeros "
+			 "set; %" SCNu64 " bytes read from the KV store", &fg->restored,
+			 &fg->restore_online_s, &fg->copied, &fg->copy_s, &fg->zeroed,
+			 &fg->live) != 6) {
+		snprintf(c->msg, sizeof c->msg, "the restored run said no restore line: '%.400s'",
+			 buf);
+		return -1;
+	}
+	return 0;
+}
+
+static int online(struct fxrun *c, struct figures *fg, uint64_t mib, char *msg, size_t len)
+{
+	char exe[PATH_MAX], pool[32], journal[PATH_MAX + 16], out[PATH_MAX + 16];
+	const char *lib = c->preload ? c->preload : c->lib;
+	char *serve[] = { c->serve, "--mode=eager", "--kv-layout=one", "--layers=4",
+			  "--hidden=256", "--seqs=8", ONLINE_STEPS, pool, journal, NULL };
+	char *restore[] = { exe, "restore", "--wal", c->wal, "--out", out, "--preload",
+			    (char *)lib, "--", c->serve, "--mode=eager", "--kv-layout=one",
+			    "--layers=4", "--hidden=256", "--seqs=8", ONLINE_STEPS, pool,
+			    journal, NULL };
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	uint8_t *src = NULL, *dst = NULL;
+	double wall, t;
+	int ret = -1;
+
+	snprintf(pool, sizeof pool, "--kv-pool-mib=%" PRIu64, mib);
+	snprintf(journal, sizeof journal, "--journal=%s/journal", c->dir);
+	snprintf(out, sizeof out, "%s/out", c->dir);
+	if (n <= 0) {
+		snprintf(msg, len, "/proc/self/exe: %s", strerror(errno));
+		return -1;
+	}
+	exe[n] = '\0';
+	if (fxrun_run(c, serve, FXRUN_PRELOAD | FXRUN_KEEP_LOG, NULL, 0, &wall) < 0 ||
+	    fxrun_run(c, restore, FXRUN_KEEP_ERR, NULL, 0, &wall) < 0 || read_copy_line(c, fg) < 0) {
+		snprintf(msg, len, "%.900s", c->msg);
+		return -1;
+	}
+	fg->online = 1;
+	fg->pool_bytes = mib << 20;
+	if (fg->live && (!(src = malloc(fg->live)) || !(dst = malloc(fg->live)))) {
+		snprintf(msg, len, "out of memory for memcpy's %" PRIu64 " bytes", fg->live);
+		goto out;
+	}
+	if (fg->live) {
+		memset(src, 0x5a, fg->live);
+		memset(dst, 0, fg->live);
+	}
+	for (int r = 0; r < REPEATS; r++) {
+		t = cli_now();
+		if (fg->live)
+			memcpy(dst, src, fg->live);
+		bench_keep(dst);
+		bench_keep_min(&fg->live_memcpy_s, cli_now() - t);
+	}
+	ret = 0;
+out:
+	free(src);
+	free(dst);
+	return ret;
+}
+
 /* ---- output -------------------------------------------------------------------- */
 
 static double gbps(uint64_t bytes, double s)
 {
 	return (double)bytes / s / 1e9;
+}
+
+static double per_live(const struct figures *fg)
+{
+	return fg->live ? (double)fg->copied / (double)fg->live : 0;
+}
+
+static double online_ratio(const struct figures *fg)
+{
+	return fg->copy_s > 0 ? fg->live_memcpy_s / fg->copy_s : 0;
 }
 
 static void print_text(const struct fixture *x, const struct figures *fg, const char *cpu)
@@ -240,6 +348,19 @@ static void print_text(const struct fixture *x, const struct figures *fg, const 
 	printf("  %-44s %10.4f %10.2f\n", "images: chunks checked, written, synced",
 	       fg->images_s, gbps(bytes, fg->images_s));
 	printf("\nratio, restore GB/s / memcpy GB/s: %.3f\n", fg->memcpy_s / fg->restore_s);
+	if (!fg->online)
+		return;
+	printf("\nonline (moeft restore -- serve on the CPU fixture, a pool of %s):\n",
+	       cli_fmt_bytes(b1, sizeof b1, fg->pool_bytes));
+	printf("  %-44s %14" PRIu64 "\n", "live bytes read from the KV store", fg->live);
+	printf("  %-44s %14" PRIu64 "\n", "bytes copied into the device", fg->copied);
+	printf("  %-44s %14" PRIu64 "\n", "bytes of zeros set on the device", fg->zeroed);
+	printf("  %-44s %14.3f\n", "copied per live byte", per_live(fg));
+	printf("  %-44s %14.4f s\n", "the copy, zeros set included", fg->restore_online_s);
+	printf("  %-44s %14.4f s, %.2f GB/s of live bytes\n", "the data's copy", fg->copy_s,
+	       gbps(fg->live, fg->copy_s));
+	printf("  %-44s %14.4f s\n", "memcpy of the live bytes", fg->live_memcpy_s);
+	printf("ratio, memcpy of the live bytes / the data's copy: %.3f\n", online_ratio(fg));
 }
 
 static void print_json(const struct fixture *x, const struct figures *fg, const char *cpu)
@@ -265,6 +386,21 @@ static void print_json(const struct fixture *x, const struct figures *fg, const 
 	json_kv_double(&j, "load_s", fg->load_s);
 	json_kv_double(&j, "images_s", fg->images_s);
 	json_kv_double(&j, "images_gb_per_s", gbps(bytes, fg->images_s));
+	if (fg->online) {
+		json_key(&j, "online");
+		json_obj_begin(&j);
+		json_kv_u64(&j, "pool_bytes", fg->pool_bytes);
+		json_kv_u64(&j, "restored_bytes", fg->restored);
+		json_kv_u64(&j, "live_bytes", fg->live);
+		json_kv_u64(&j, "copied_bytes", fg->copied);
+		json_kv_u64(&j, "zeroed_bytes", fg->zeroed);
+		json_kv_double(&j, "copied_per_live", per_live(fg));
+		json_kv_double(&j, "restore_s", fg->restore_online_s);
+		json_kv_double(&j, "copy_s", fg->copy_s);
+		json_kv_double(&j, "live_memcpy_s", fg->live_memcpy_s);
+		json_kv_double(&j, "memcpy_ratio", online_ratio(fg));
+		json_obj_end(&j);
+	}
 	json_obj_end(&j);
 }
 
@@ -273,6 +409,7 @@ int bench_restore(const struct cli_command *cmd, int argc, char **argv)
 	static const struct option opts[] = {
 		{ "pool-mib", required_argument, NULL, 'm' },
 		{ "chunk-kib", required_argument, NULL, 'k' },
+		FXRUN_OPTIONS,
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
@@ -280,12 +417,16 @@ int bench_restore(const struct cli_command *cmd, int argc, char **argv)
 	struct cli_opts o = { .cmd = cmd };
 	struct fixture *x;
 	struct figures fg = { 0 };
+	struct fxrun fx = { 0 };
+	const char *serve = NULL;
 	uint64_t mib = 256, kib = 64;
 	char msg[1024], cpu[128], b1[32], b2[32];
 	struct statvfs vfs;
 	int c, ret;
 
 	while ((c = cli_getopt(&o, argc, argv, opts)) != -1) {
+		if (fxrun_option(&fx, c, optarg, &serve))
+			continue;
 		switch (c) {
 		case 'm': cli_parse_u64(&o, "--pool-mib", optarg, 1, 65536, &mib); break;
 		case 'k':
@@ -301,6 +442,9 @@ int bench_restore(const struct cli_command *cmd, int argc, char **argv)
 		cli_usage_error(&o, "missing what to measure: 'restore'");
 	else if (optind + 1 < argc)
 		cli_usage_error(&o, "unexpected argument '%s'", argv[optind + 1]);
+	/* Online needs the fixture and the serving program, both or none. */
+	if (fx.fixture || serve || fx.preload)
+		fxrun_pieces(&o, &fx, serve);
 	if ((ret = cli_parse_done(&o)))
 		return ret;
 
@@ -338,6 +482,10 @@ int bench_restore(const struct cli_command *cmd, int argc, char **argv)
 	else if (run(x, &fg, msg, sizeof msg) < 0)
 		ret = cli_fail(cmd, o.json, EXIT_USAGE, "%s", msg);
 	cli_rm_tree(x->dir);
+	if (!ret && serve && (fxrun_setup(&fx, "restore", NULL) < 0 ||
+			      online(&fx, &fg, mib, msg, sizeof msg) < 0))
+		ret = cli_fail(cmd, o.json, EXIT_USAGE, "online: %s", fx.dir[0] ? msg : fx.msg);
+	fxrun_done(&fx);
 	if (ret)
 		goto out;
 	bench_cpu_model(cpu, sizeof cpu);

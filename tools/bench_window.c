@@ -117,7 +117,8 @@ static int measure(struct fxrun *c, struct figures *f)
 	snprintf(steps, sizeof steps, "--steps=%" PRIu64, f->steps);
 	snprintf(pool, sizeof pool, "--kv-pool-mib=%" PRIu64, f->pool_mib);
 	for (int pre = 0; pre < 2; pre++)
-		if (fxrun_run(c, argv, pre, 1, out[pre], sizeof out[pre], &f->wall_s[pre]) < 0)
+		if (fxrun_run(c, argv, pre ? FXRUN_PRELOAD | FXRUN_KEEP_ERR : 0, out[pre], sizeof out[pre],
+			      &f->wall_s[pre]) < 0)
 			return -1;
 	if (field(out[0], "tokens", &f->tokens) < 0 || field(out[0], "kv-blocks", &blocks) < 0) {
 		snprintf(c->msg, sizeof c->msg, "%s printed no tokens= or kv-blocks=: '%.200s'",

@@ -92,10 +92,11 @@ static void remove_log(const struct fxrun *c)
 		unlink(kv);
 }
 
-int fxrun_run(struct fxrun *c, char *const argv[], int preload, int keep_err, char *out,
-	      size_t outlen, double *wall)
+int fxrun_run(struct fxrun *c, char *const argv[], unsigned how_run, char *out, size_t outlen,
+	      double *wall)
 {
-	int fd[2] = { -1, -1 }, efd = -1, status = -1, err;
+	int fd[2] = { -1, -1 }, efd = -1, status = -1, err, preload = !!(how_run & FXRUN_PRELOAD);
+	int keep_log = preload && (how_run & FXRUN_KEEP_LOG);
 	size_t got = 0;
 	char how[64];
 	double t;
@@ -108,7 +109,7 @@ int fxrun_run(struct fxrun *c, char *const argv[], int preload, int keep_err, ch
 			 strerror(errno));
 		return -1;
 	}
-	if (preload && keep_err &&
+	if ((how_run & FXRUN_KEEP_ERR) &&
 	    (efd = open(c->err, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0) {
 		snprintf(c->msg, sizeof c->msg, "%s: %s", c->err, strerror(errno));
 		close(fd[0]);
@@ -140,7 +141,7 @@ int fxrun_run(struct fxrun *c, char *const argv[], int preload, int keep_err, ch
 	}
 	status = child_wait(pid);
 	*wall = cli_now() - t;
-	if (preload)
+	if (preload && !keep_log)
 		remove_log(c);
 	if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 		snprintf(c->msg, sizeof c->msg, "%s %s %s the preload", argv[0],

@@ -53,14 +53,18 @@ void fxrun_pieces(struct cli_opts *o, struct fxrun *c, const char *serve);
 int fxrun_setup(struct fxrun *c, const char *name, const char *const add[]);
 
 /*
- * Run argv to its end, with the preload or not: its stdout into out
- * (NUL-terminated) or to /dev/null; its stderr to ours, except a
- * preloaded run's with keep_err, which goes to c->err (read it after);
- * its wall time into *wall.  0, or -1 with c->msg set.  A preloaded
- * run's log is removed before and after it.
+ * Run argv to its end, with the preload (FXRUN_PRELOAD in how) or not: its
+ * stdout into out (NUL-terminated) or to /dev/null; its stderr to ours,
+ * or with FXRUN_KEEP_ERR to c->err (read it after); its wall time into
+ * *wall.  0, or -1 with c->msg set.  A preloaded run's log is removed
+ * before it, and after it unless FXRUN_KEEP_LOG (a later run restores
+ * from it).
  */
-int fxrun_run(struct fxrun *c, char *const argv[], int preload, int keep_err, char *out,
-	      size_t outlen, double *wall);
+#define FXRUN_PRELOAD 1u
+#define FXRUN_KEEP_ERR 2u
+#define FXRUN_KEEP_LOG 4u
+int fxrun_run(struct fxrun *c, char *const argv[], unsigned how, char *out, size_t outlen,
+	      double *wall);
 
 /* Remove the directory, free the environments. */
 void fxrun_done(struct fxrun *c);

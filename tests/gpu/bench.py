@@ -235,15 +235,16 @@ class Bench:
         offline = grep(r"moeft restore: window .* ([0-9.]+) s, ([0-9]+) MB/s", err,
                        "offline restore summary")
         copy = grep(r"([0-9]+) bytes of KV restored in ([0-9.]+) s \(([0-9.]+) GB/s\): "
-                    r"([0-9]+) bytes of data copied \(([0-9.]+) GB/s\), ([0-9]+) bytes of zeros",
-                    err, "the preload's restore line")
+                    r"([0-9]+) bytes of data copied in ([0-9.]+) s \(([0-9.]+) GB/s\), "
+                    r"([0-9]+) bytes of zeros", err, "the preload's restore line")
         rto = resumed["first"] - t0
         # Without moeft: start again, prefill, decode steps 1 .. r.
         recompute = fresh["first"] - fresh["start"] + r * step_s
         self.row("restore copy into the GPU (preload), %.2f GiB of data, %.2f GiB of zeros" % (
-                     int(copy[4]) / (1 << 30), int(copy[6]) / (1 << 30)),
-                 "data %s GB/s in %s s, **%.2fx** pinned H2D (pools %s GB/s)" % (
-                     copy[5], copy[2], float(copy[5]) / h2d, copy[3]), ">= 0.8x of pinned H2D")
+                     int(copy[4]) / (1 << 30), int(copy[7]) / (1 << 30)),
+                 "data %s GB/s in %s s, **%.2fx** pinned H2D (pools %s GB/s in %s s)" % (
+                     copy[6], copy[5], float(copy[6]) / h2d, copy[3], copy[2]),
+                 ">= 0.8x of pinned H2D")
         self.row("offline restore (moeft restore, images into tmpfs)",
                  "%.0f MB/s in %s s" % (float(offline[2]), offline[1]))
         self.row("RTO with moeft, %.1f GiB KV, %s, resumed at step %d" % (
