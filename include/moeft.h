@@ -149,7 +149,9 @@ struct moeft_restored_range {
  * (at their pools' initialiser), so a block's restored bytes were at the
  * same address.  An engine that gives a resumed request other blocks
  * copies them there with moeft_restored_copy, which reads the restored
- * images again, never the pools (the engine may have written them since).
+ * bytes again (from the KV store, each chunk checked, or from the images
+ * of `moeft restore --images`), never the pools (the engine may have
+ * written them since).
  * moeft_restored_device: 1 when [at, at + length) lies in one restored
  * device pool whose bytes are in, -ENODEV when not (no restore, not such
  * a pool, before its initialiser), -EINVAL (length 0, a range that wraps).
@@ -164,9 +166,10 @@ MOEFT_API int moeft_restored_device(const void *at, size_t length);
  * thread also waits for the work enqueued on stream before the call.
  * 0, or -ENODEV or -EINVAL as moeft_restored_device (for any range; NULL
  * ranges or dst, n 0), -EBUSY (stream is being captured into a graph: the
- * copies would join it instead of running), -ENOMEM, -EIO (an image could
- * not be read, a copy failed: one line says which; serve nothing from
- * these ranges).  Calls from several threads may run at once.
+ * copies would join it instead of running), -ENOMEM, -EIO (an image or
+ * the store could not be read, a chunk's bytes in the store were written
+ * since the restore (the restored server's own windows reuse its slots),
+ * a copy failed: one line says which; serve nothing from these ranges).  Calls from several threads may run at once.
  */
 MOEFT_API int moeft_restored_copy(const struct moeft_restored_range *ranges, size_t n,
 				  void *stream);

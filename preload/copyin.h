@@ -1,14 +1,19 @@
 /*
- * copyin.h - a restore plan's pool images into device memory at the
- * speed of the bus.
+ * copyin.h - a restore plan's pools into device memory at the speed of
+ * the bus.
  *
- * The images are files (restore.h opened them).  Their holes, which are
- * zeros, become device memsets; their data goes through a few pinned
- * buffers per thread, filled with pread by up to COPYIN_THREADS threads
- * while the copy engine drains the ones filled before.  So the bytes read
- * are the images' data, the pinned memory is a few buffers whatever the
- * pools' size, and no image page is ever mapped (a pageable copy of a
- * mapping faults every page in, at a thirtieth of the bus's speed).
+ * A pool's bytes come from its image (a file restore.h opened) or, with a
+ * chunk map (kvmap.h), chunk by chunk from the KV store, each chunk's
+ * CRC-32C checked as it is read: a chunk changed since the restore read
+ * it fails the copy.  Holes of an image and runs of chunks never written
+ * become device memsets, enqueued after the data (copies queued behind
+ * them would wait); the data goes through a few pinned buffers per
+ * thread, filled with pread by up to COPYIN_THREADS threads while the
+ * copy engine drains the ones filled before.  So the bytes read are the
+ * live data, the pinned memory is a few buffers whatever the pools' size,
+ * and no page of a file is ever mapped (a pageable copy of a mapping
+ * faults every page in, at a thirtieth of the bus's speed; a file cut
+ * short under a mapping would be a SIGBUS).
  */
 #ifndef MOEFT_COPYIN_H
 #define MOEFT_COPYIN_H
@@ -33,7 +38,8 @@ struct copyin_stats {
 
 /*
  * Copy every device pool of p (each claimed: base set, fd open on its
- * image as restore_plan_load found it; host pools are left out) into its
+ * image as restore_plan_load found it, or its chunk map read and the store
+ * open as restore_plan_maps left them; host pools are left out) into its
  * allocation, after the work enqueued
  * on stream so far and before the work enqueued there after the return.
  * Returns when every byte of data has been read and copied (the memsets of
@@ -53,8 +59,10 @@ struct copyin_range {
 };
 
 /*
- * Copy each of the n ranges (inside their pools, whose images are open as
- * copyin_pools found them) to its device address, as copyin_pools does:
+ * Copy each of the n ranges (inside their pools, whose images or chunk
+ * maps are as copyin_pools found them; of a map, the whole chunks that
+ * hold a range are read and checked) to its device address, as
+ * copyin_pools does:
  * after the work enqueued on stream so far, before the work enqueued there
  * after the return, which comes once every byte has been read and copied
  * (so once that earlier work has ended).  Holes are read as the zeros they
