@@ -23,6 +23,8 @@
 
 #include "copyin.h"
 #include "crc32c.h"
+#include "format.h"
+#include "kvformat.h"
 #include "shim.h"
 
 #define PIECE (8u << 20)        /* bytes of a buffer, and of a copy */
@@ -30,7 +32,7 @@
 /* A hole shorter than this is read as data: a memset and a copy more cost
  * more than reading its zeros (in an image: its seeks too). */
 #define HOLE_MIN (1u << 20)
-#define MAP_HOLE_MIN (64u << 10)
+#define MAP_HOLE_MIN (256u << 10)
 
 /* Bytes [off, off + len) of q, read into a buffer; of them, those from
  * skip on (take bytes) are copied to dev.  Of an image, skip is 0 and
@@ -53,6 +55,8 @@ struct job {
 					   queued behind them would wait) */
 	size_t nholes, holecap;
 	atomic_size_t next;
+	atomic_uint_fast64_t live;      /* bytes read from the KV store */
+	int recheck;                    /* read again: slots checked (kvmap.h) */
 	atomic_int failed;
 	atomic_int pageable;
 	pthread_mutex_t lock;           /* err */
@@ -215,7 +219,7 @@ static int cut_map(struct job *j, const struct restore_pool *q, struct copyin_st
 		/* Data up to the next run of zeros long enough to skip. */
 		for (end = c; end < m->nchunks; end = z) {
 			while (end < m->nchunks && m->e[end].len)
-				st->live += m->e[end++].len;
+				end++;
 			for (z = end; z < m->nchunks && !m->e[z].len; z++)
 				;
 			if (z == m->nchunks || (z - end) * m->chunk_bytes >= MAP_HOLE_MIN)
@@ -257,15 +261,35 @@ static int read_all(int fd, void *buf, uint64_t len, uint64_t off)
 	return 0;
 }
 
+/* Whether the slot of chunk c of q (entry e) still holds the copy the
+ * map names: its header's window word is that copy's (a writer clears it
+ * before it changes the bytes, and sets a newer one after).  Else the job
+ * fails. */
+static int slot_holds(struct job *j, const struct restore_pool *q, uint64_t c,
+		      const struct kvmap_entry *e)
+{
+	uint8_t word[8];
+
+	if (read_all(j->plan->store_fd, word, sizeof word, e->hdr) == 0 &&
+	    get64(word) == ((e->window + 1) | KVS_SLOT_FULL))
+		return 1;
+	job_fail(j, "pool %u chunk %llu: its copy of window %llu in the KV store was written over "
+		 "since the restore (the restored process wrote the chunk again)", q->no,
+		 (unsigned long long)c, (unsigned long long)e->window);
+	return 0;
+}
+
 /* Piece p of a map's pool into buf: each chunk's bytes read from the
  * store, contiguous ones at once, and checked against the map's CRC-32C
- * while they are in the cache; zeros after and for the rest.  0, or -1
- * with the job failed. */
+ * while they are in the cache; zeros after and for the rest.  Read again
+ * later (j->recheck: the restored process may have written the store
+ * since), each chunk's slot must hold the map's copy before the read and
+ * after it.  0, or -1 with the job failed. */
 static int fill_from_store(struct job *j, const struct piece *p, uint8_t *buf)
 {
 	const struct restore_pool *q = p->q;
 	const struct kvmap *m = &q->map;
-	uint64_t c = p->off / m->chunk_bytes, last = (p->off + p->len - 1) / m->chunk_bytes, d;
+	uint64_t c = p->off / m->chunk_bytes, last = (p->off + p->len - 1) / m->chunk_bytes, d, k;
 
 	for (; c <= last; c = d) {
 		const struct kvmap_entry *e = &m->e[c];
@@ -273,10 +297,13 @@ static int fill_from_store(struct job *j, const struct piece *p, uint8_t *buf)
 		uint64_t run = e->len;
 
 		/* Chunks whose bytes follow each other in the store too. */
-		for (d = c + 1; d <= last && m->e[d - 1].len == kvmap_chunk_len(m, d - 1) && m->e[d].len &&
-				m->e[d].off == m->e[d - 1].off + m->e[d - 1].len;
+		for (d = c + 1; d <= last && m->e[d - 1].len == kvmap_chunk_len(m, d - 1) &&
+				m->e[d].len && m->e[d].off == m->e[d - 1].off + m->e[d - 1].len;
 		     d++)
 			run += m->e[d].len;
+		for (k = c; j->recheck && k < d; k++)
+			if (m->e[k].len && !slot_holds(j, q, k, &m->e[k]))
+				return -1;
 		if (run && read_all(j->plan->store_fd, dst, run, e->off) < 0) {
 			job_fail(j, "pool %u: reading chunk %llu from the KV store (%llu bytes at %llu): "
 				 "%s", q->no, (unsigned long long)c, (unsigned long long)run,
@@ -285,10 +312,13 @@ static int fill_from_store(struct job *j, const struct piece *p, uint8_t *buf)
 						  : strerror(errno));
 			return -1;
 		}
-		for (uint64_t k = c; k < d; k++) {
+		atomic_fetch_add_explicit(&j->live, run, memory_order_relaxed);
+		for (k = c; k < d; k++) {
 			const struct kvmap_entry *f = &m->e[k];
 			uint8_t *at = buf + (k * m->chunk_bytes - p->off);
 
+			if (f->len && j->recheck && !slot_holds(j, q, k, f))
+				return -1;
 			if (f->len && crc32c(0, at, f->len) != f->crc) {
 				job_fail(j, "pool %u chunk %llu: its bytes in the KV store fail their "
 					 "CRC-32C (written since the restore checked them, or damaged)",
@@ -465,6 +495,7 @@ static int job_close(struct job *j, void *stream, void *ready, void **done,
 			     (double)(t1.tv_nsec - j->t0.tv_nsec) / 1e9;
 		st->threads = n ? n : 1;
 		st->pageable = atomic_load(&j->pageable);
+		st->live = atomic_load(&j->live);
 	}
 	for (i = 0; i < j->nholes && !atomic_load(&j->failed); i++) {
 		const struct piece *h = &j->holes[i];
@@ -535,6 +566,7 @@ int copyin_ranges(const struct restore_plan *p, const struct copyin_range *r, si
 	int ret;
 
 	job_open(&j, p, stream, err, errlen, &ready);
+	j.recheck = 1;
 	for (size_t i = 0; i < n && !atomic_load(&j.failed); i++) {
 		const struct restore_pool *q = &p->pools[r[i].pool];
 

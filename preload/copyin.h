@@ -27,8 +27,8 @@
 
 struct copyin_stats {
 	uint64_t data;      /* bytes copied from the images or the KV store */
-	uint64_t live;      /* of them, bytes of chunks the KV store holds
-			       (pools restored from their chunk maps) */
+	uint64_t live;      /* of them, bytes read from the KV store (pools
+			       restored from their chunk maps) */
 	uint64_t zero;      /* bytes of holes set to zero on the device */
 	double data_s;      /* the data's time: from the reading threads'
 			       start to the end of their last copy */

@@ -39,7 +39,7 @@ static int header_ok(const struct kvmap *m, char *err, size_t errlen)
 	if (cb < 4096 || cb > KVMAP_CHUNK_MAX || (cb & (cb - 1)))
 		return fail(err, errlen, "chunk size %llu is not a power of two from 4096 to %u",
 			    (unsigned long long)cb, KVMAP_CHUNK_MAX);
-	if (m->nchunks != (m->size + cb - 1) / cb)
+	if (m->nchunks != kvmap_chunks(m->size, cb))
 		return fail(err, errlen, "%llu chunks for %llu bytes in chunks of %llu",
 			    (unsigned long long)m->nchunks, (unsigned long long)m->size,
 			    (unsigned long long)cb);
@@ -51,8 +51,8 @@ static int entry_ok(const struct kvmap *m, uint64_t c, const struct kvmap_entry 
 		    uint64_t store_bytes, char *err, size_t errlen)
 {
 	if (!e->len) {
-		if (e->off || e->crc)
-			return fail(err, errlen, "chunk %llu: zeros with an offset or a CRC",
+		if (e->off || e->crc || e->hdr || e->window)
+			return fail(err, errlen, "chunk %llu: zeros with an offset, a CRC or a window",
 				    (unsigned long long)c);
 		return 0;
 	}
@@ -63,6 +63,14 @@ static int entry_ok(const struct kvmap *m, uint64_t c, const struct kvmap_entry 
 		return fail(err, errlen, "chunk %llu: bytes %llu-%llu past the KV store's end (%llu)",
 			    (unsigned long long)c, (unsigned long long)e->off,
 			    (unsigned long long)(e->off + e->len - 1), (unsigned long long)store_bytes);
+	if (e->hdr > store_bytes || store_bytes - e->hdr < 8)
+		return fail(err, errlen, "chunk %llu: its header at %llu past the KV store's end "
+			    "(%llu)", (unsigned long long)c, (unsigned long long)e->hdr,
+			    (unsigned long long)store_bytes);
+	if (e->window > m->window)
+		return fail(err, errlen, "chunk %llu: a copy of window %llu, after the map's %llu",
+			    (unsigned long long)c, (unsigned long long)e->window,
+			    (unsigned long long)m->window);
 	return 0;
 }
 
@@ -71,6 +79,8 @@ static void encode_entry(uint8_t out[KVMAP_ENTRY], const struct kvmap_entry *e)
 	put64(out, e->off);
 	put32(out + 8, e->len);
 	put32(out + 12, e->crc);
+	put64(out + 16, e->hdr);
+	put64(out + 24, e->window);
 }
 
 int kvmap_write(FILE *f, const struct kvmap *m, uint64_t store_bytes, char *err, size_t errlen)
@@ -143,7 +153,8 @@ int kvmap_parse(const uint8_t *buf, size_t len, uint64_t store_bytes, struct kvm
 		return fail(err, errlen, "out of memory");
 	}
 	for (c = 0; c < m->nchunks; c++, p += KVMAP_ENTRY) {
-		m->e[c] = (struct kvmap_entry){ get64(p), get32(p + 8), get32(p + 12) };
+		m->e[c] = (struct kvmap_entry){ get64(p), get32(p + 8), get32(p + 12), get64(p + 16),
+						get64(p + 24) };
 		if (entry_ok(m, c, &m->e[c], store_bytes, err, errlen) < 0) {
 			kvmap_free(m);
 			return -1;

@@ -8,8 +8,11 @@
  * CRC-32C as it reads it (copyin.h).  So the bytes moved are the live
  * chunks, once, whatever the pool's size, and no page is allocated for
  * an image.  The map is tied to the store by the log's id and the window
- * (the store is bound to its log, kvstore.h); a slot the restarted
- * process has written since no longer matches its CRC, and is refused.
+ * (the store is bound to its log, kvstore.h).  The restarted process's
+ * windows reuse the store's slots: bytes read again later (copies again)
+ * are taken only while the slot's header still names the copy's window,
+ * before and after the read (a writer clears it first and sets it last),
+ * and match their CRC.
  *
  * The file, little-endian:
  *
@@ -22,12 +25,15 @@
  *	40  chunk bytes         u64, a power of two, 4 KiB to KVMAP_CHUNK_MAX
  *	48  chunks              u64, size / chunk bytes rounded up
  *	56  CRC-32C of bytes 0-55, u32; then 4 zero bytes
- *	64  an entry per chunk, 16 bytes each:
- *	      store offset u64, length u32, CRC-32C u32 of the bytes
- *	    length 0 (offset and CRC 0 too): the chunk is zeros; else 1 to
- *	    the chunk's length (the rest of the chunk is zeros), its bytes
- *	    wholly below the store's end
- *	64 + 16 n: CRC-32C of the entries, u32
+ *	64  an entry per chunk, 32 bytes each:
+ *	      store offset u64, length u32, CRC-32C u32 of the bytes,
+ *	      header offset u64 (the slot's header in the store),
+ *	      window u64 (the window that wrote the copy)
+ *	    length 0 (and every other field 0): the chunk is zeros; else 1
+ *	    to the chunk's length (the rest of the chunk is zeros), its bytes
+ *	    and the header's first 8 wholly below the store's end, the
+ *	    window at most the map's
+ *	64 + 32 n: CRC-32C of the entries, u32
  *
  * Nothing else; a file of any other length is refused.  Writer and parser
  * are both here; the parser checks the writer's output too.  No CUDA, so
@@ -41,7 +47,7 @@
 #include <stdio.h>
 
 #define KVMAP_HDR 64u
-#define KVMAP_ENTRY 16u
+#define KVMAP_ENTRY 32u
 /* Larger chunks are restored from images: copyin.h buffers whole chunks
  * of a map, in pieces of 8 MiB. */
 #define KVMAP_CHUNK_MAX (4u << 20)
@@ -49,6 +55,7 @@
 struct kvmap_entry {
 	uint64_t off;           /* in the store; 0 with len 0: zeros */
 	uint32_t len, crc;
+	uint64_t hdr, window;   /* the slot's header, the copy's window */
 };
 
 struct kvmap {
@@ -58,9 +65,14 @@ struct kvmap {
 };
 
 /* The file's length for a pool of size bytes in chunks of chunk_bytes. */
+static inline uint64_t kvmap_chunks(uint64_t size, uint64_t chunk_bytes)
+{
+	return size / chunk_bytes + (size % chunk_bytes != 0);
+}
+
 static inline uint64_t kvmap_file_bytes(uint64_t size, uint64_t chunk_bytes)
 {
-	return KVMAP_HDR + (size + chunk_bytes - 1) / chunk_bytes * KVMAP_ENTRY + 4;
+	return KVMAP_HDR + kvmap_chunks(size, chunk_bytes) * KVMAP_ENTRY + 4;
 }
 
 /* The bytes of chunk c of m (the last one may be short). */

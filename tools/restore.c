@@ -438,9 +438,12 @@ static int adapter_pool(const struct restore *rs, unsigned i)
  * store's slots do not outlive), of chunks a map holds, unless --images. */
 static int mapped(const struct restore *rs, unsigned i)
 {
+	const struct state_alloc *a = rs->s.pool[i].alloc;
 	uint64_t cb = rs->s.pool[i].info.d.chunk_bytes;
 
-	return rs->cmdv && !rs->images && !adapter_pool(rs, i) && cb >= 4096 &&
+	/* An allocation the log no longer shows (an incomplete history) may
+	 * be an adapter's: it gets an image. */
+	return rs->cmdv && !rs->images && a && a->a.api != ALLOC_API_ADAPTER && cb >= 4096 &&
 	       cb <= KVMAP_CHUNK_MAX;
 }
 
@@ -482,10 +485,15 @@ static int write_pool(struct restore *rs, unsigned i)
 			/* The chunk's CRC is verified: the image's is combined, not
 			 * computed over the bytes again. */
 			im->crc = crc32c_combine(im->crc, crc, len);
-			if (m.e)
-				m.e[c] = (struct kvmap_entry){ kvs_reader_offset(rs->s.kv, data),
-							       (uint32_t)len, crc };
-			else if (pwrite_all(fileno(f), data, len, c * p->info.d.chunk_bytes) < 0)
+			if (m.e) {
+				struct kvmap_entry *e = &m.e[c];
+
+				*e = (struct kvmap_entry){ kvs_reader_offset(rs->s.kv, data),
+							   (uint32_t)len, crc, 0, 0 };
+				if (kvs_reader_header(rs->s.kv, p->no, c, data, &e->hdr,
+						      &e->window) < 0)
+					err = EIO;
+			} else if (pwrite_all(fileno(f), data, len, c * p->info.d.chunk_bytes) < 0)
 				err = errno ? errno : EIO;
 			im->stored++;
 			im->stored_bytes += len;

@@ -872,6 +872,24 @@ uint64_t kvs_reader_offset(const struct kvs_reader *r, const uint8_t *data)
 	return (uint64_t)(data - r->img);
 }
 
+int kvs_reader_header(const struct kvs_reader *r, uint32_t pool_no, uint64_t chunk,
+		      const uint8_t *data, uint64_t *hdr_off, uint64_t *window)
+{
+	const struct kvs_part *p;
+	struct kvs_slot sl;
+
+	if (!r || !(p = part(&r->parts, pool_no)) || chunk >= p->g.nchunks)
+		return WAL_EINVAL;
+	for (unsigned k = 0; k < 2; k++)
+		if (data == p->region + slot_data_off(p, chunk, k) &&
+		    read_slot(p, r->id, pool_no, chunk, k, &sl) == SLOT_OK) {
+			*hdr_off = (uint64_t)(slot_hdr(p, chunk, k) - r->img);
+			*window = sl.window;
+			return 0;
+		}
+	return WAL_EINVAL;
+}
+
 unsigned kvs_reader_pools(const struct kvs_reader *r)
 {
 	return atomic_load_explicit(&r->parts.n, memory_order_relaxed);

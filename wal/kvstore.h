@@ -179,5 +179,12 @@ int kvs_reader_chunk(const struct kvs_reader *r, uint32_t pool_no, uint64_t chun
  * pointed to (what a reader of the file with pread finds there). */
 uint64_t kvs_reader_size(const struct kvs_reader *r);
 uint64_t kvs_reader_offset(const struct kvs_reader *r, const uint8_t *data);
+/* The offset of the header of the slot whose bytes kvs_reader_chunk gave
+ * for chunk `chunk` of pool pool_no (data), and the window of its copy:
+ * the header's first 8 bytes are the slot's window word (kvformat.h),
+ * cleared before a writer changes the slot's bytes and written after.
+ * 0, or WAL_EINVAL (not such bytes, or a slot that is no copy). */
+int kvs_reader_header(const struct kvs_reader *r, uint32_t pool_no, uint64_t chunk,
+		      const uint8_t *data, uint64_t *hdr_off, uint64_t *window);
 
 #endif

@@ -20,9 +20,9 @@
 /* A pool of 3 chunks of 4 KiB, the last one 1000 bytes: data, zeros, a
  * short last chunk. */
 static struct kvmap_entry entries[3] = {
-	{ 2u << 20, 4096, 0x11223344 },
-	{ 0, 0, 0 },
-	{ (2u << 20) + 3 * 4096, 600, 0x55667788 },
+	{ 2u << 20, 4096, 0x11223344, 1u << 20, 40 },
+	{ 0, 0, 0, 0, 0 },
+	{ (2u << 20) + 3 * 4096, 600, 0x55667788, (1u << 20) + 5 * 32, 41 },
 };
 static const struct kvmap good = { .pool = 7, .log_id = 0x0102030405060708, .window = 41,
 				   .size = 2 * 4096 + 1000, .chunk_bytes = 4096, .nchunks = 3,
@@ -50,7 +50,7 @@ static void test_round_trip(void)
 	char err[200];
 	size_t n = write_map(&good, buf, sizeof buf, err, sizeof err);
 
-	CU_ASSERT_EQUAL_FATAL(n, 64 + 3 * 16 + 4);
+	CU_ASSERT_EQUAL_FATAL(n, 64 + 3 * 32 + 4);
 	CU_ASSERT_EQUAL(n, kvmap_file_bytes(good.size, good.chunk_bytes));
 	CU_ASSERT_EQUAL(memcmp(buf, "moeftmap", 8), 0);
 	CU_ASSERT_EQUAL(get32(buf + 8), 1);
@@ -65,8 +65,11 @@ static void test_round_trip(void)
 	CU_ASSERT_EQUAL(get64(buf + 64), 2u << 20);
 	CU_ASSERT_EQUAL(get32(buf + 72), 4096);
 	CU_ASSERT_EQUAL(get32(buf + 76), 0x11223344);
-	CU_ASSERT_EQUAL(get64(buf + 80), 0);
-	CU_ASSERT_EQUAL(get32(buf + 112), crc32c(0, buf + 64, 48));
+	CU_ASSERT_EQUAL(get64(buf + 80), 1u << 20);
+	CU_ASSERT_EQUAL(get64(buf + 88), 40);
+	CU_ASSERT_EQUAL(get64(buf + 96), 0);
+	CU_ASSERT_EQUAL(get64(buf + 152), 41);
+	CU_ASSERT_EQUAL(get32(buf + 160), crc32c(0, buf + 64, 96));
 
 	CU_ASSERT_EQUAL_FATAL(kvmap_parse(buf, n, STORE, &m, err, sizeof err), 0);
 	CU_ASSERT_EQUAL(m.pool, 7);
@@ -103,16 +106,16 @@ static void test_cuts_and_flips(void)
 	size_t n = write_map(&good, buf, sizeof buf, err, sizeof err), i;
 	int bit;
 
-	CU_ASSERT_EQUAL_FATAL(n, 116);
+	CU_ASSERT_EQUAL_FATAL(n, 164);
 	for (i = 0; i < n; i++)
 		refused(buf, i, "");
 	refused(buf, 0, "not a chunk map");
 	refused(buf, 63, "not a chunk map");
-	refused(buf, 64, "bytes, not the 116 of a map of 3 chunks");
-	refused(buf, 115, "115 bytes, not the 116");
+	refused(buf, 64, "bytes, not the 164 of a map of 3 chunks");
+	refused(buf, 163, "163 bytes, not the 164");
 	memcpy(bad, buf, n);
 	bad[n] = 0;
-	refused(bad, n + 1, "117 bytes, not the 116");
+	refused(bad, n + 1, "165 bytes, not the 164");
 	/* Every bit of every byte: refused (the magic, a CRC, or a rule). */
 	for (i = 0; i < n; i++)
 		for (bit = 0; bit < 8; bit++) {
@@ -163,8 +166,11 @@ static void test_header_rules(void)
 		put64(buf + 32, UINT64_C(1) << 50);
 		put64(buf + 48, (UINT64_C(1) << 50) / 4096);
 		put32(buf + 56, crc32c(0, buf, 56));
-		refused(buf, n, "116 bytes, not the 4398046511172 of a map of 274877906944 chunks");
+		refused(buf, n, "164 bytes, not the 8796093022276 of a map of 274877906944 chunks");
 	}
+	/* A size within a chunk of 2^64: its chunks are counted without
+	 * wrapping (2^52), not as 0. */
+	header_rule(32, UINT64_MAX, 1, "3 chunks for 18446744073709551615 bytes in chunks of 4096");
 }
 
 /* Entry c set to e, both CRCs made good again: refused, saying want; and
@@ -178,12 +184,14 @@ static void entry_rule(unsigned c, struct kvmap_entry e, uint64_t store, const c
 
 	memcpy(es, entries, sizeof es);
 	m.e = es;
-	CU_ASSERT_EQUAL_FATAL(write_map(&good, buf, sizeof buf, err, sizeof err), 116);
-	put64(buf + 64 + 16 * c, e.off);
-	put32(buf + 72 + 16 * c, e.len);
-	put32(buf + 76 + 16 * c, e.crc);
-	put32(buf + 112, crc32c(0, buf + 64, 48));
-	CU_ASSERT_EQUAL(kvmap_parse(buf, 116, store, &out, err, sizeof err), -1);
+	CU_ASSERT_EQUAL_FATAL(write_map(&good, buf, sizeof buf, err, sizeof err), 164);
+	put64(buf + 64 + 32 * c, e.off);
+	put32(buf + 72 + 32 * c, e.len);
+	put32(buf + 76 + 32 * c, e.crc);
+	put64(buf + 80 + 32 * c, e.hdr);
+	put64(buf + 88 + 32 * c, e.window);
+	put32(buf + 160, crc32c(0, buf + 64, 96));
+	CU_ASSERT_EQUAL(kvmap_parse(buf, 164, store, &out, err, sizeof err), -1);
 	CU_ASSERT_PTR_NULL(out.e);
 	if (!strstr(err, want)) {
 		fprintf(stderr, "\n  parser said \"%s\", want \"%s\"\n", err, want);
@@ -206,16 +214,26 @@ static void entry_rule(unsigned c, struct kvmap_entry e, uint64_t store, const c
 
 static void test_entry_rules(void)
 {
-	entry_rule(1, (struct kvmap_entry){ 4096, 0, 0 }, STORE, "chunk 1: zeros with an offset");
-	entry_rule(1, (struct kvmap_entry){ 0, 0, 5 }, STORE, "chunk 1: zeros with an offset or a CRC");
-	entry_rule(0, (struct kvmap_entry){ 4096, 4097, 1 }, STORE,
+	entry_rule(1, (struct kvmap_entry){ 4096, 0, 0, 0, 0 }, STORE,
+		   "chunk 1: zeros with an offset");
+	entry_rule(1, (struct kvmap_entry){ 0, 0, 5, 0, 0 }, STORE,
+		   "chunk 1: zeros with an offset, a CRC or a window");
+	entry_rule(1, (struct kvmap_entry){ 0, 0, 0, 64, 0 }, STORE, "chunk 1: zeros with an offset");
+	entry_rule(1, (struct kvmap_entry){ 0, 0, 0, 0, 3 }, STORE, "chunk 1: zeros with an offset");
+	entry_rule(0, (struct kvmap_entry){ 4096, 4097, 1, 64, 1 }, STORE,
 		   "chunk 0: 4097 bytes, more than the chunk's 4096");
-	entry_rule(2, (struct kvmap_entry){ 4096, 1001, 1 }, STORE,
+	entry_rule(2, (struct kvmap_entry){ 4096, 1001, 1, 64, 1 }, STORE,
 		   "chunk 2: 1001 bytes, more than the chunk's 1000");
-	entry_rule(0, (struct kvmap_entry){ STORE - 4095, 4096, 1 }, STORE,
+	entry_rule(0, (struct kvmap_entry){ STORE - 4095, 4096, 1, 64, 1 }, STORE,
 		   "chunk 0: bytes 16773121-16777216 past the KV store's end (16777216)");
-	entry_rule(0, (struct kvmap_entry){ UINT64_MAX - 10, 4096, 1 }, STORE,
+	entry_rule(0, (struct kvmap_entry){ UINT64_MAX - 10, 4096, 1, 64, 1 }, STORE,
 		   "past the KV store's end");
+	entry_rule(0, (struct kvmap_entry){ 4096, 4096, 1, STORE - 7, 1 }, STORE,
+		   "chunk 0: its header at 16777209 past the KV store's end (16777216)");
+	entry_rule(0, (struct kvmap_entry){ 4096, 4096, 1, UINT64_MAX - 3, 1 }, STORE,
+		   "chunk 0: its header at");
+	entry_rule(2, (struct kvmap_entry){ 4096, 600, 1, 64, 42 }, STORE,
+		   "chunk 2: a copy of window 42, after the map's 41");
 	/* A store shorter than the good map's entries. */
 	entry_rule(0, entries[0], 1u << 20, "chunk 0: bytes 2097152-2101247 past the KV store's end");
 	/* The writer checks the header too. */

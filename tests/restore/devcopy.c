@@ -24,23 +24,21 @@
  *     NULL dst or n 0 -EINVAL, a stream being captured -EBUSY.
  * Before its crash, write finds both calls -ENODEV (no restore).
  * Prints "devcopy: R blocks restored, copied and checked" and exits 0;
- * with "store", then overwrites the KV store and copies block 0 again
- * (store_changed).
+ * with "reuse", then decodes on and copies blocks 1 and 0 again
+ * (store_reused).
  *
- * Usage: devcopy write STEPS | devcopy check [store]   (under LD_PRELOAD=libmoeft.so,
+ * Usage: devcopy write STEPS | devcopy check [reuse]   (under LD_PRELOAD=libmoeft.so,
  *        MOEFT_PROFILE naming the rules devcopy.sh writes)
  */
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "fixture.h"
 #include "moeft.h"
@@ -68,16 +66,18 @@ static void dc_step(const struct fixture_launch *l)
 }
 FIXTURE_KERNEL(dc_step, "dc_step", 1, 4)
 
-/* Block slots[0] of pool gets its pattern (one slot a block). */
+/* Block slots[0] of pool gets its pattern (one slot a block), each byte
+ * xor salt (0 before the crash: the pattern itself). */
 static void dc_kv_write(const struct fixture_launch *l)
 {
 	uint8_t *pool = ARG(l, 0, uint8_t *);
 	long slot = ARG(l, 1, const long *)[0];
+	uint8_t salt = (uint8_t)ARG(l, 3, int);
 
 	for (unsigned i = 0; i < BLOCK; i++)
-		pool[(size_t)slot * BLOCK + i] = pattern((unsigned)slot, i);
+		pool[(size_t)slot * BLOCK + i] = pattern((unsigned)slot, i) ^ salt;
 }
-FIXTURE_KERNEL(dc_kv_write, "dc_kv_write", 3, 8, 8, 4)
+FIXTURE_KERNEL(dc_kv_write, "dc_kv_write", 4, 8, 8, 4, 4)
 
 /* A kernel as cudaLaunchKernel takes it (ISO C converts no function
  * pointer to an object pointer; the bytes are the same). */
@@ -153,10 +153,10 @@ static void write_run(cudaStream_t s, unsigned steps, uint8_t *pool, long *slot)
 	api(&device, &copy);
 	if ((rc = device(pool, BLOCK)) != -ENODEV || (rc = copy(&r, 1, s)) != -ENODEV)
 		fail("outside a restore: %d, want -ENODEV", rc);
-	int layer = 0;
+	int layer = 0, salt = 0;
 	unsigned block = BLOCK;
 	void *step_args[] = { &layer };
-	void *kv_args[] = { &pool, &slot, &block };
+	void *kv_args[] = { &pool, &slot, &block, &salt };
 
 	for (unsigned t = 0; t < steps && t < BLOCKS; t++) {
 		check_cuda(cudaMemcpyAsync(slot, &(long){ (long)t }, sizeof(long),
@@ -285,38 +285,46 @@ static void check_run(cudaStream_t s, uint8_t *pool)
 	printf("devcopy: %u blocks restored, copied and checked\n", rs);
 }
 
-/* The KV store beside the log, past its pool table, overwritten (what a
- * restored server's later windows do to the slots of the restored one):
- * a copy of block 0 again is then 0 and right (from an image) or -EIO
- * (from the store: refused, never the changed bytes).  Prints the code. */
-static void store_changed(cudaStream_t s, uint8_t *pool)
+/* The restored process's own new work, as a server's: REUSE_STEPS more
+ * steps that write block 0 anew each time (three windows of 8 commit: the
+ * first stores block 0 into the slot that does not hold its restored
+ * copy, the second into the restored copy's).  Then block 1, which the store still holds as restored, is copied
+ * again, and block 0, whose restored copy is gone from the store: 0 and
+ * right from an image, -EIO from the store (refused, never other bytes).
+ * Prints the two codes. */
+#define REUSE_STEPS 25u
+
+static void store_reused(cudaStream_t s, uint8_t *pool, long *slot)
 {
 	int (*device)(const void *, size_t);
 	int (*copy)(const struct moeft_restored_range *, size_t, void *);
-	const char *wal = getenv("MOEFT_WAL");
-	static uint8_t junk[1 << 20], host[BLOCK];
-	char path[4096];
+	static uint8_t host[BLOCK];
+	int layer = 0, rc[2], salt;
+	unsigned block = BLOCK, b;
+	void *step_args[] = { &layer };
+	void *kv_args[] = { &pool, &slot, &block, &salt };
 	uint8_t *scratch;
-	off_t at, end;
-	int fd, rc;
 
 	api(&device, &copy);
-	memset(junk, 0x5a, sizeof junk);
-	if (!wal || snprintf(path, sizeof path, "%s.kv", wal) >= (int)sizeof path ||
-	    (fd = open(path, O_WRONLY)) < 0 || (end = lseek(fd, 0, SEEK_END)) < 0)
-		fail("cannot open the KV store beside MOEFT_WAL");
-	for (at = 2 << 20; at < end; at += (off_t)sizeof junk)
-		if (pwrite(fd, junk, sizeof junk, at) != (ssize_t)sizeof junk)
-			fail("cannot write the KV store");
-	close(fd);
-	check_cuda(cudaMalloc((void **)&scratch, BLOCK), "cudaMalloc scratch");
-	rc = copy(&(struct moeft_restored_range){ pool, scratch, BLOCK }, 1, s);
-	if (rc == 0) {
+	check_cuda(cudaMemcpy(slot, &(long){ 0 }, sizeof(long), cudaMemcpyHostToDevice), "slot");
+	for (unsigned t = 0; t < REUSE_STEPS; t++) {
+		salt = (int)t + 1;
+		launch(dc_step, step_args, s, "dc_step");
+		launch(dc_kv_write, kv_args, s, "dc_kv_write");
 		check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-		check_cuda(cudaMemcpy(host, scratch, BLOCK, cudaMemcpyDeviceToHost), "read scratch");
-		expect_block(host, 0, 1, "copied after the store changed");
 	}
-	printf("devcopy: a copy after the store changed: %d\n", rc);
+	check_cuda(cudaMalloc((void **)&scratch, BLOCK), "cudaMalloc scratch");
+	for (b = 2; b-- > 0;) {
+		rc[b] = copy(&(struct moeft_restored_range){ pool + (size_t)b * BLOCK, scratch, BLOCK },
+			     1, s);
+		if (rc[b] == 0) {
+			check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+			check_cuda(cudaMemcpy(host, scratch, BLOCK, cudaMemcpyDeviceToHost), "read");
+			expect_block(host, b, 1, "copied after the new windows");
+		}
+	}
+	printf("devcopy: after %u steps of new work, block 1: %d, block 0: %d\n", REUSE_STEPS,
+	       rc[1], rc[0]);
 }
 
 int main(int argc, char **argv)
@@ -327,19 +335,19 @@ int main(int argc, char **argv)
 
 	if (argc < 2 || (strcmp(argv[1], "write") && strcmp(argv[1], "check")) ||
 	    (!strcmp(argv[1], "write") && argc != 3) ||
-	    (!strcmp(argv[1], "check") && argc > 2 && (argc > 3 || strcmp(argv[2], "store")))) {
-		fprintf(stderr, "usage: devcopy write STEPS | devcopy check [store]\n");
+	    (!strcmp(argv[1], "check") && argc > 2 && (argc > 3 || strcmp(argv[2], "reuse")))) {
+		fprintf(stderr, "usage: devcopy write STEPS | devcopy check [reuse]\n");
 		return 2;
 	}
 	check_cuda(cudaStreamCreate(&s), "cudaStreamCreate");
 	pool = make_pool(s);
+	check_cuda(cudaMalloc((void **)&slot, sizeof *slot), "cudaMalloc slot");
 	if (!strcmp(argv[1], "check")) {
 		check_run(s, pool);
 		if (argc == 3)
-			store_changed(s, pool);
+			store_reused(s, pool, slot);
 		return 0;
 	}
-	check_cuda(cudaMalloc((void **)&slot, sizeof *slot), "cudaMalloc slot");
 	write_run(s, (unsigned)strtoul(argv[2], NULL, 10), pool, slot);
 	return 1;
 }
