@@ -6,11 +6,11 @@
  * checked by the same two functions on both sides, so the rules are
  * written down once.
  */
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "crc32c.h"
+#include "diag.h"
 #include "format.h"
 #include "kvmap.h"
 
@@ -18,29 +18,18 @@
 #define VERSION 1u
 #define HDR_CRC 56u
 
-__attribute__((format(printf, 3, 4)))
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
 /* The header's fields, as a rule of the format: 0, or -1 with err set. */
 static int header_ok(const struct kvmap *m, char *err, size_t errlen)
 {
 	uint64_t cb = m->chunk_bytes;
 
 	if (!m->size)
-		return fail(err, errlen, "a pool of 0 bytes");
+		return fail_msg(err, errlen, "a pool of 0 bytes");
 	if (cb < 4096 || cb > KVMAP_CHUNK_MAX || (cb & (cb - 1)))
-		return fail(err, errlen, "chunk size %llu is not a power of two from 4096 to %u",
+		return fail_msg(err, errlen, "chunk size %llu is not a power of two from 4096 to %u",
 			    (unsigned long long)cb, KVMAP_CHUNK_MAX);
 	if (m->nchunks != kvmap_chunks(m->size, cb))
-		return fail(err, errlen, "%llu chunks for %llu bytes in chunks of %llu",
+		return fail_msg(err, errlen, "%llu chunks for %llu bytes in chunks of %llu",
 			    (unsigned long long)m->nchunks, (unsigned long long)m->size,
 			    (unsigned long long)cb);
 	return 0;
@@ -52,23 +41,23 @@ static int entry_ok(const struct kvmap *m, uint64_t c, const struct kvmap_entry 
 {
 	if (!e->len) {
 		if (e->off || e->crc || e->hdr || e->window)
-			return fail(err, errlen, "chunk %llu: zeros with an offset, a CRC or a window",
+			return fail_msg(err, errlen, "chunk %llu: zeros with an offset, a CRC or a window",
 				    (unsigned long long)c);
 		return 0;
 	}
 	if (e->len > kvmap_chunk_len(m, c))
-		return fail(err, errlen, "chunk %llu: %u bytes, more than the chunk's %llu",
+		return fail_msg(err, errlen, "chunk %llu: %u bytes, more than the chunk's %llu",
 			    (unsigned long long)c, e->len, (unsigned long long)kvmap_chunk_len(m, c));
 	if (e->off > store_bytes || e->len > store_bytes - e->off)
-		return fail(err, errlen, "chunk %llu: bytes %llu-%llu past the KV store's end (%llu)",
+		return fail_msg(err, errlen, "chunk %llu: bytes %llu-%llu past the KV store's end (%llu)",
 			    (unsigned long long)c, (unsigned long long)e->off,
 			    (unsigned long long)(e->off + e->len - 1), (unsigned long long)store_bytes);
 	if (e->hdr > store_bytes || store_bytes - e->hdr < 8)
-		return fail(err, errlen, "chunk %llu: its header at %llu past the KV store's end "
+		return fail_msg(err, errlen, "chunk %llu: its header at %llu past the KV store's end "
 			    "(%llu)", (unsigned long long)c, (unsigned long long)e->hdr,
 			    (unsigned long long)store_bytes);
 	if (e->window > m->window)
-		return fail(err, errlen, "chunk %llu: a copy of window %llu, after the map's %llu",
+		return fail_msg(err, errlen, "chunk %llu: a copy of window %llu, after the map's %llu",
 			    (unsigned long long)c, (unsigned long long)e->window,
 			    (unsigned long long)m->window);
 	return 0;
@@ -124,11 +113,11 @@ int kvmap_parse(const uint8_t *buf, size_t len, uint64_t store_bytes, struct kvm
 
 	memset(m, 0, sizeof *m);
 	if (len < KVMAP_HDR || memcmp(buf, MAGIC, 8))
-		return fail(err, errlen, "not a chunk map");
+		return fail_msg(err, errlen, "not a chunk map");
 	if (get32(buf + HDR_CRC) != crc32c(0, buf, HDR_CRC) || get32(buf + HDR_CRC + 4))
-		return fail(err, errlen, "its header fails its CRC-32C");
+		return fail_msg(err, errlen, "its header fails its CRC-32C");
 	if (get32(buf + 8) != VERSION)
-		return fail(err, errlen, "version %u, not %u", get32(buf + 8), VERSION);
+		return fail_msg(err, errlen, "version %u, not %u", get32(buf + 8), VERSION);
 	*m = (struct kvmap){ .pool = get32(buf + 12), .log_id = get64(buf + 16),
 			     .window = get64(buf + 24), .size = get64(buf + 32),
 			     .chunk_bytes = get64(buf + 40), .nchunks = get64(buf + 48) };
@@ -137,7 +126,7 @@ int kvmap_parse(const uint8_t *buf, size_t len, uint64_t store_bytes, struct kvm
 		return -1;
 	}
 	if (len != kvmap_file_bytes(m->size, m->chunk_bytes)) {
-		fail(err, errlen, "%zu bytes, not the %llu of a map of %llu chunks", len,
+		fail_msg(err, errlen, "%zu bytes, not the %llu of a map of %llu chunks", len,
 		     (unsigned long long)kvmap_file_bytes(m->size, m->chunk_bytes),
 		     (unsigned long long)m->nchunks);
 		memset(m, 0, sizeof *m);
@@ -146,11 +135,11 @@ int kvmap_parse(const uint8_t *buf, size_t len, uint64_t store_bytes, struct kvm
 	p = buf + KVMAP_HDR;
 	if (get32(p + m->nchunks * KVMAP_ENTRY) != crc32c(0, p, m->nchunks * KVMAP_ENTRY)) {
 		memset(m, 0, sizeof *m);
-		return fail(err, errlen, "its entries fail their CRC-32C");
+		return fail_msg(err, errlen, "its entries fail their CRC-32C");
 	}
 	if (!(m->e = malloc(m->nchunks * sizeof *m->e))) {
 		memset(m, 0, sizeof *m);
-		return fail(err, errlen, "out of memory");
+		return fail_msg(err, errlen, "out of memory");
 	}
 	for (c = 0; c < m->nchunks; c++, p += KVMAP_ENTRY) {
 		m->e[c] = (struct kvmap_entry){ get64(p), get32(p + 8), get32(p + 12), get64(p + 16),

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "decimal.h"
+#include "diag.h"
 #include "profile.h"
 
 #define PROFILE_FILE_MAX (1u << 20)
@@ -625,19 +626,6 @@ int profile_parse(const char *text, const char *origin, struct profile *p,
 	return 0;
 }
 
-__attribute__((format(printf, 3, 4)))
-static int ferr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return -1;
-}
-
 int profile_load_file(const char *path, struct profile *p, char *err, size_t errlen)
 {
 	struct stat st;
@@ -646,21 +634,21 @@ int profile_load_file(const char *path, struct profile *p, char *err, size_t err
 	int fd, rc;
 
 	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return ferr(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		return fail_msg(err, errlen, "%s: cannot open: %s", path, strerror(errno));
 	if (fstat(fd, &st) < 0) {
 		rc = errno;
 		close(fd);
-		return ferr(err, errlen, "%s: cannot stat: %s", path, strerror(rc));
+		return fail_msg(err, errlen, "%s: cannot stat: %s", path, strerror(rc));
 	}
 	if (!S_ISREG(st.st_mode) || st.st_size > PROFILE_FILE_MAX) {
 		close(fd);
 		if (!S_ISREG(st.st_mode))
-			return ferr(err, errlen, "%s: not a regular file", path);
-		return ferr(err, errlen, "%s: larger than %u bytes", path, PROFILE_FILE_MAX);
+			return fail_msg(err, errlen, "%s: not a regular file", path);
+		return fail_msg(err, errlen, "%s: larger than %u bytes", path, PROFILE_FILE_MAX);
 	}
 	if (!(text = malloc((size_t)st.st_size + 1))) {
 		close(fd);
-		return ferr(err, errlen, "%s: out of memory", path);
+		return fail_msg(err, errlen, "%s: out of memory", path);
 	}
 	while (got < (size_t)st.st_size) {
 		ssize_t n = read(fd, text + got, (size_t)st.st_size - got);
@@ -674,7 +662,7 @@ int profile_load_file(const char *path, struct profile *p, char *err, size_t err
 	close(fd);
 	if (got != (size_t)st.st_size) {
 		free(text);
-		return ferr(err, errlen, "%s: short read", path);
+		return fail_msg(err, errlen, "%s: short read", path);
 	}
 	text[got] = '\0';
 	if ((nul = memchr(text, '\0', got))) {
@@ -684,7 +672,7 @@ int profile_load_file(const char *path, struct profile *p, char *err, size_t err
 		for (q = text; q < nul; q++)
 			line += *q == '\n';
 		free(text);
-		return ferr(err, errlen, "%s:%u: NUL byte: not a text file", path, line);
+		return fail_msg(err, errlen, "%s:%u: NUL byte: not a text file", path, line);
 	}
 	rc = profile_parse(text, path, p, err, errlen);
 	free(text);
@@ -697,7 +685,7 @@ int profile_builtin(const char *name, struct profile *p, char *err, size_t errle
 	char origin[64];
 
 	if (!text)
-		return ferr(err, errlen, "unknown built-in profile '%s' (expected auto, vllm, sglang, torch or llamacpp)",
+		return fail_msg(err, errlen, "unknown built-in profile '%s' (expected auto, vllm, sglang, torch or llamacpp)",
 			    name);
 	snprintf(origin, sizeof origin, "builtin:%s", name);
 	return profile_parse(text, origin, p, err, errlen);
@@ -709,7 +697,7 @@ int profile_load(const char *spec, struct profile *p, char *err, size_t errlen)
 		return profile_builtin(spec, p, err, errlen);
 	if (strchr(spec, '/'))
 		return profile_load_file(spec, p, err, errlen);
-	return ferr(err, errlen, "unknown profile '%s' (built-in: auto, vllm, sglang, torch, llamacpp; "
+	return fail_msg(err, errlen, "unknown profile '%s' (built-in: auto, vllm, sglang, torch, llamacpp; "
 		    "a file must be given as a path with a '/', e.g. ./%s)", spec, spec);
 }
 

@@ -13,28 +13,43 @@
 
 #include "restore.h"
 
-/* Open q's image in dir to read: a regular file of exactly q's size.  0,
- * or -1 with err set. */
-static int open_image(const char *dir, struct restore_pool *q, char *err, size_t errlen)
+/* The regular file at path (not a link) open to read, *st its status.
+ * The descriptor, or -1 with err set. */
+static int open_regular(const char *path, struct stat *st, char *err, size_t errlen)
 {
-	const char *file = q->file;
-	uint64_t size = q->size;
-	char path[PATH_MAX];
-	struct stat st;
 	int fd;
 
-	if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path) {
-		snprintf(err, errlen, "%s/%s: path too long", dir, file);
-		return -1;
-	}
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0 || fstat(fd, &st) < 0) {
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0 || fstat(fd, st) < 0) {
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		return -1;
 	}
-	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != size) {
-		snprintf(err, errlen, "%s: not a file of %llu bytes", path, (unsigned long long)size);
+	if (!S_ISREG(st->st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file", path);
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Open q's image in dir to read: a regular file of exactly q's size.  0,
+ * or -1 with err set. */
+static int open_image(const char *dir, struct restore_pool *q, char *err, size_t errlen)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	int fd;
+
+	if (snprintf(path, sizeof path, "%s/%s", dir, q->file) >= (int)sizeof path) {
+		snprintf(err, errlen, "%s/%s: path too long", dir, q->file);
+		return -1;
+	}
+	if ((fd = open_regular(path, &st, err, errlen)) < 0)
+		return -1;
+	if ((uint64_t)st.st_size != q->size) {
+		snprintf(err, errlen, "%s: not a file of %llu bytes", path,
+			 (unsigned long long)q->size);
 		close(fd);
 		return -1;
 	}
@@ -44,8 +59,8 @@ static int open_image(const char *dir, struct restore_pool *q, char *err, size_t
 	return 0;
 }
 
-/* The KV store at store_path, which q's map points into, open to read
- * in p (once for all maps).  0, or -1 with err set. */
+/* The KV store at store_path, which the maps point into, open to read in
+ * p (once for all maps).  0, or -1 with err set. */
 static int open_store(struct restore_plan *p, const char *store_path, char *err, size_t errlen)
 {
 	struct stat st;
@@ -53,21 +68,8 @@ static int open_store(struct restore_plan *p, const char *store_path, char *err,
 
 	if (p->store_fd >= 0)
 		return 0;
-	if (!store_path) {
-		snprintf(err, errlen, "a pool is read from the KV store, and there is none");
+	if ((fd = open_regular(store_path, &st, err, errlen)) < 0)
 		return -1;
-	}
-	if ((fd = open(store_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0 || fstat(fd, &st) < 0) {
-		snprintf(err, errlen, "%s: %s", store_path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return -1;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "%s: not a regular file", store_path);
-		close(fd);
-		return -1;
-	}
 	p->store_fd = fd;
 	p->store_dev = (uint64_t)st.st_dev;
 	p->store_ino = (uint64_t)st.st_ino;

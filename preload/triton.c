@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,20 +11,10 @@
 #include <sys/stat.h>
 
 #include "crc32c.h"
+#include "diag.h"
 #include "triton.h"
 
 #define IR_MAX (64u << 20)	/* bytes of an IR file read; a kernel's is far less */
-
-__attribute__((format(printf, 3, 4)))
-static int fail(char *why, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(why, len, fmt, ap);
-	va_end(ap);
-	return -1;
-}
 
 static int is_ident(char c)
 {
@@ -120,15 +109,15 @@ static int parse_arg(struct cur *c, struct triton_sig *s, char *why, size_t len)
 	int named = 0;
 
 	if (i == TRITON_MAX_ARGS)
-		return fail(why, len, "more than %d arguments", TRITON_MAX_ARGS);
+		return fail_msg(why, len, "more than %d arguments", TRITON_MAX_ARGS);
 	skip_space(c);
 	if (!at(c, "%"))
-		return fail(why, len, "argument %u: expected '%%'", i);
+		return fail_msg(why, len, "argument %u: expected '%%'", i);
 	for (ssa = ++c->p; c->p < c->end && is_ident(*c->p); c->p++)
 		;
 	nssa = (size_t)(c->p - ssa);
 	if (!at(c, ": "))
-		return fail(why, len, "argument %u: expected ': ' after its name", i);
+		return fail_msg(why, len, "argument %u: expected ': ' after its name", i);
 	c->p += 2;
 	type = c->p;
 	for (unsigned depth = 0; c->p < c->end; c->p++) {
@@ -139,13 +128,13 @@ static int parse_arg(struct cur *c, struct triton_sig *s, char *why, size_t len)
 		else if (!depth && (*c->p == ' ' || *c->p == ',' || *c->p == ')'))
 			break;
 		else if (*c->p == '\n')
-			return fail(why, len, "argument %u: line ends in its type", i);
+			return fail_msg(why, len, "argument %u: line ends in its type", i);
 	}
 	if (c->p == c->end)
-		return fail(why, len, "argument %u: type cut short", i);
+		return fail_msg(why, len, "argument %u: type cut short", i);
 	ntype = (size_t)(c->p - type);
 	if (!(size = type_size(type, ntype)))
-		return fail(why, len, "argument %u: type '%.*s' of unknown size", i,
+		return fail_msg(why, len, "argument %u: type '%.*s' of unknown size", i,
 			    ntype > 40 ? 40 : (int)ntype, type);
 	s->elem[i][0] = '\0';
 	/* !tt.ptr<T> or !tt.ptr<T, SPACE>: T when it is a plain type name,
@@ -164,7 +153,7 @@ static int parse_arg(struct cur *c, struct triton_sig *s, char *why, size_t len)
 	}
 	skip_space(c);
 	if (at(c, "{") && skip_nested(c, '{', '}') < 0)
-		return fail(why, len, "argument %u: attributes cut short", i);
+		return fail_msg(why, len, "argument %u: attributes cut short", i);
 	skip_space(c);
 	if (at(c, "loc(\"")) {
 		const char *q = c->p + 5, *e = q;
@@ -174,20 +163,20 @@ static int parse_arg(struct cur *c, struct triton_sig *s, char *why, size_t len)
 		/* loc("NAME"(...)) names it; loc("FILE":LINE:COL) does not */
 		if (c->end - e >= 2 && e[0] == '"' && e[1] == '(') {
 			if (take_name(s->name[i], q, (size_t)(e - q)) < 0)
-				return fail(why, len, "argument %u: its location names no "
+				return fail_msg(why, len, "argument %u: its location names no "
 					    "identifier", i);
 			named = 1;
 		}
 	}
 	if (at(c, "loc(") && skip_nested(c, '(', ')') < 0)
-		return fail(why, len, "argument %u: location cut short", i);
+		return fail_msg(why, len, "argument %u: location cut short", i);
 	if (!named) {
 		int bare = nssa > 3 && !memcmp(ssa, "arg", 3);
 
 		for (size_t k = 3; bare && k < nssa; k++)
 			bare = ssa[k] >= '0' && ssa[k] <= '9';
 		if (bare || take_name(s->name[i], ssa, nssa) < 0)
-			return fail(why, len, "argument %u has no name", i);
+			return fail_msg(why, len, "argument %u has no name", i);
 	}
 	s->size[i] = (uint8_t)size;
 	s->n++;
@@ -205,7 +194,7 @@ int triton_sig_parse(const char *text, size_t len, const char *kernel, struct tr
 	s->n = 0;
 	n = snprintf(head, sizeof head, "@%s(", kernel);
 	if (n < 0 || (size_t)n >= sizeof head)
-		return fail(why, whylen, "kernel name too long");
+		return fail_msg(why, whylen, "kernel name too long");
 	/* The line `tt.func public @kernel(`: its name exactly, then '('. */
 	for (const char *p = text; p < c.end; p++) {
 		const char *nl = memchr(p, '\n', (size_t)(c.end - p));
@@ -223,7 +212,7 @@ int triton_sig_parse(const char *text, size_t len, const char *kernel, struct tr
 		p = nl;
 	}
 	if (!hit)
-		return fail(why, whylen, "no 'tt.func' line for @%s", kernel);
+		return fail_msg(why, whylen, "no 'tt.func' line for @%s", kernel);
 	c.p = hit;
 	if (at(&c, ")"))
 		return 0;
@@ -234,7 +223,7 @@ int triton_sig_parse(const char *text, size_t len, const char *kernel, struct tr
 		if (at(&c, ")"))
 			return 0;
 		if (!at(&c, ","))
-			return fail(why, whylen, "argument %u: expected ',' or ')' after it", s->n);
+			return fail_msg(why, whylen, "argument %u: expected ',' or ')' after it", s->n);
 		c.p++;
 	}
 }
@@ -376,12 +365,12 @@ int triton_place(const char *dir, const char *kernel, const struct triton_image 
 	for (const char *k = kernel; *k; k++)
 		if (!is_ident(*k) || k - kernel >= 200) {
 			free(s);
-			return fail(why, whylen, "'%.40s' is not a Triton kernel's name", kernel);
+			return fail_msg(why, whylen, "'%.40s' is not a Triton kernel's name", kernel);
 		}
 	if (!s)
-		return fail(why, whylen, "out of memory");
+		return fail_msg(why, whylen, "out of memory");
 	if (!(d = opendir(dir))) {
-		fail(why, whylen, "Triton's cache %s: %s", dir, strerror(errno));
+		fail_msg(why, whylen, "Triton's cache %s: %s", dir, strerror(errno));
 		goto out;
 	}
 	while ((e = readdir(d))) {
@@ -400,7 +389,7 @@ int triton_place(const char *dir, const char *kernel, const struct triton_image 
 				triton_sig_elems(s, map, ndeclared, elem);
 				snprintf(first, sizeof first, "%s", e->d_name);
 			} else if (memcmp(map, cand, ndeclared)) {
-				fail(why, whylen, "its entries %s and %s in %s place the arguments "
+				fail_msg(why, whylen, "its entries %s and %s in %s place the arguments "
 				     "differently", first, e->d_name, dir);
 				goto close;
 			} else {
@@ -418,20 +407,20 @@ int triton_place(const char *dir, const char *kernel, const struct triton_image 
 	if (fits && !other)
 		r = 0;
 	else if (fits)
-		fail(why, whylen, "%u entr%s in %s fit%s its %u parameters but keep%s an argument "
+		fail_msg(why, whylen, "%u entr%s in %s fit%s its %u parameters but keep%s an argument "
 		     "the rule does not list, or in another order, beside %u that fit: another "
 		     "version of the kernel?", other, other == 1 ? "y" : "ies", dir,
 		     other == 1 ? "s" : "", nparams, other == 1 ? "s" : "", fits);
 	else if (img && !read)
-		fail(why, whylen, "no entry in %s holds the cubin it was loaded from (%llu bytes, "
+		fail_msg(why, whylen, "no entry in %s holds the cubin it was loaded from (%llu bytes, "
 		     "CRC-32C %08x)", dir, (unsigned long long)img->size, (unsigned)img->crc);
 	else if (other)
-		fail(why, whylen, "%u entr%s in %s fit%s its %u parameters but keep%s an argument "
+		fail_msg(why, whylen, "%u entr%s in %s fit%s its %u parameters but keep%s an argument "
 		     "the rule does not list, or in another order (another version of the kernel?)", other,
 		     other == 1 ? "y" : "ies", dir, other == 1 ? "s" : "", nparams,
 		     other == 1 ? "s" : "");
 	else
-		fail(why, whylen, "none of its %u entr%s in %s fits its %u parameters", read,
+		fail_msg(why, whylen, "none of its %u entr%s in %s fits its %u parameters", read,
 		     read == 1 ? "y" : "ies", dir, nparams);
 close:
 	closedir(d);

@@ -10,12 +10,12 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "diag.h"
 #include "state.h"
 
 /* An ALLOC or FREE record of C's epoch. */
@@ -40,19 +40,6 @@ struct scan {
 	int epoch_seen;         /* C's EPOCH record is in the log */
 	uint64_t epoch_window;  /* its window */
 };
-
-static int fail(char *msg, size_t len, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int fail(char *msg, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, len, fmt, ap);
-	va_end(ap);
-	return -1;
-}
 
 static void *grow(void *p, size_t *cap, size_t n, size_t size)
 {
@@ -380,11 +367,11 @@ static int open_store(struct state *s, const char *wal_path, char *msg, size_t l
 	char path[PATH_MAX];
 
 	if (kvs_path(wal_path, path, sizeof path) < 0)
-		return fail(msg, len, "%s: the path of its KV store is too long", wal_path);
+		return fail_msg(msg, len, "%s: the path of its KV store is too long", wal_path);
 	if (stat(path, &st) < 0 && errno == ENOENT)
 		s->kv = NULL;
 	else if (kvs_reader_open(path, s->rec->log_id, &s->kv, &err) < 0)
-		return fail(msg, len, "%s", err.msg);
+		return fail_msg(msg, len, "%s", err.msg);
 	return 0;
 }
 
@@ -450,16 +437,16 @@ int state_load_at(struct state *s, const char *wal_path, uint64_t step, char *ms
 	memset(s, 0, sizeof *s);
 	hist_init(&s->hist);
 	if (wal_reader_open_path(wal_path, &s->r, &err) < 0)
-		return fail(msg, msglen, "%s", err.msg);
+		return fail_msg(msg, msglen, "%s", err.msg);
 	s->rec = wal_reader_recovery(s->r);
 	win = wal_reader_windows(s->r, &nwin);
 	if ((pick = state_pick(win, nwin, step, &s->cs)) < 0) {
 		if (step == STATE_NEWEST)
-			fail(msg, msglen, "%s: no committed decode window (%zu committed window%s, "
+			fail_msg(msg, msglen, "%s: no committed decode window (%zu committed window%s, "
 			     "none with decode steps): nothing to restore", wal_path, nwin,
 			     nwin == 1 ? "" : "s");
 		else
-			fail(msg, msglen, "%s: no window it can restore ends at step %" PRIu64,
+			fail_msg(msg, msglen, "%s: no window it can restore ends at step %" PRIu64,
 			     wal_path, step);
 		ret = STATE_NOTHING;
 		goto out;
@@ -473,7 +460,7 @@ int state_load_at(struct state *s, const char *wal_path, uint64_t step, char *ms
 	 * logged no KV: one whose decode windows are gone (reclaimed, failed)
 	 * cannot be restored from its requests alone. */
 	if ((s->cs.flags & WINDOW_REQUESTS) && (s->kvrefs || kv_pool_logged(&sc))) {
-		fail(msg, msglen, "%s: the process of window %" PRIu64 " logged KV, and no decode "
+		fail_msg(msg, msglen, "%s: the process of window %" PRIu64 " logged KV, and no decode "
 		     "window of it is left: nothing to restore", wal_path, s->c->id);
 		ret = STATE_NOTHING;
 		goto out;
@@ -484,7 +471,7 @@ int state_load_at(struct state *s, const char *wal_path, uint64_t step, char *ms
 	ret = 0;
 	goto out;
 oom:
-	fail(msg, msglen, "out of memory");
+	fail_msg(msg, msglen, "out of memory");
 out:
 	free(sc.ev);
 	free(sc.kr);

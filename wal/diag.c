@@ -30,6 +30,18 @@ const char *wal_strerror(int status)
 	return "unknown status";
 }
 
+int fail_msg(char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (buf && len) {
+		va_start(ap, fmt);
+		vsnprintf(buf, len, fmt, ap);
+		va_end(ap);
+	}
+	return -1;
+}
+
 int wal_fail(struct wal_error *err, int code, const char *fmt, ...)
 {
 	if (err) {
