@@ -25,7 +25,7 @@ static int header_ok(const struct kvmap *m, char *err, size_t errlen)
 
 	if (!m->size)
 		return fail_msg(err, errlen, "a pool of 0 bytes");
-	if (cb < 4096 || cb > KVMAP_CHUNK_MAX || (cb & (cb - 1)))
+	if (!kvmap_chunk_ok(cb))
 		return fail_msg(err, errlen, "chunk size %llu is not a power of two from 4096 to %u",
 			    (unsigned long long)cb, KVMAP_CHUNK_MAX);
 	if (m->nchunks != kvmap_chunks(m->size, cb))

@@ -64,6 +64,14 @@ struct kvmap {
 	struct kvmap_entry *e;  /* nchunks of them */
 };
 
+/* Whether chunks of chunk_bytes are ones a map holds: a power of two,
+ * 4 KiB to KVMAP_CHUNK_MAX. */
+static inline int kvmap_chunk_ok(uint64_t chunk_bytes)
+{
+	return chunk_bytes >= 4096 && chunk_bytes <= KVMAP_CHUNK_MAX &&
+	       !(chunk_bytes & (chunk_bytes - 1));
+}
+
 /* The file's length for a pool of size bytes in chunks of chunk_bytes. */
 static inline uint64_t kvmap_chunks(uint64_t size, uint64_t chunk_bytes)
 {

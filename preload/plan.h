@@ -89,8 +89,8 @@ struct restore_pool {
 	int fd;                       /* the image, opened by restore_plan_load;
 					 -1 until then, and for a map */
 	uint64_t file_dev, file_ino;  /* the file fd was opened on */
-	struct kvmap map;             /* its chunk map, read by restore_plan_load
-					 (map.e NULL: an image) */
+	struct kvmap map;             /* its chunk map, read by restore_plan_maps
+					 (map.e NULL: an image, or not yet) */
 	uint64_t base;                /* the matching allocation; 0: none yet */
 	int host;                     /* it is host memory an adapter
 					 registered: read from the image, never
@@ -103,7 +103,7 @@ struct restore_plan {
 	unsigned npools;
 	struct restore_pool *pools;   /* npools of them (restore_plan_free) */
 	/* Restore mode's: the KV store the maps point into, opened to read by
-	 * restore_plan_load when a pool has one (-1: none). */
+	 * restore_plan_maps when a pool has one (-1: none). */
 	int store_fd;
 	uint64_t store_dev, store_ino, store_bytes;
 };

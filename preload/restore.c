@@ -92,7 +92,7 @@ static int load_map(const char *dir, struct restore_plan *p, struct restore_pool
 		snprintf(err, errlen, "%s/%s: path too long", dir, q->file);
 		return -1;
 	}
-	if (q->chunk_bytes < 4096 || q->chunk_bytes > KVMAP_CHUNK_MAX) {
+	if (!kvmap_chunk_ok(q->chunk_bytes)) {
 		snprintf(err, errlen, "%s: pool %u's chunks of %llu bytes are not ones a map holds",
 			 path, q->no, (unsigned long long)q->chunk_bytes);
 		return -1;

@@ -408,7 +408,7 @@ int resume_host_pool(const struct alloc_info *a)
 			      "pool of the crashed process of the same identity: another model or "
 			      "configuration", a->base, a->size);
 	}
-	if (q->map.e || restore_file_is_map(q->file)) {
+	if (restore_file_is_map(q->file)) {
 		pthread_mutex_unlock(&rm.lock);
 		resume_refuse("the adapter's KV pool at 0x%" PRIx64 " is pool %u of the crashed "
 			      "process, which the restore took for device memory (%s): a plan "

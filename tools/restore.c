@@ -443,8 +443,8 @@ static int mapped(const struct restore *rs, unsigned i)
 
 	/* An allocation the log no longer shows (an incomplete history) may
 	 * be an adapter's: it gets an image. */
-	return rs->cmdv && !rs->images && a && a->a.api != ALLOC_API_ADAPTER && cb >= 4096 &&
-	       cb <= KVMAP_CHUNK_MAX;
+	return rs->cmdv && !rs->images && a && a->a.api != ALLOC_API_ADAPTER &&
+	       kvmap_chunk_ok(cb);
 }
 
 /* kv-pool-N.map (mapped) or kv-pool-N.bin: where each chunk's bytes as of
