@@ -314,7 +314,7 @@ static void copy_in(void *stream)
 	if (s <= 0)
 		s = 1e-9;
 	msg_log(WAL_LOG_WARN, "restore: %u KV pools of window %" PRIu64 " (steps %" PRIu64 "-%"
-		PRIu64 "): %" PRIu64 " bytes of KV restored in %.3f s (%.2f GB/s): %" PRIu64
+		PRIu64 "): %" PRIu64 " bytes of KV restored in %.6f s (%.2f GB/s): %" PRIu64
 		" bytes of data copied in %.6f s (%.2f GB/s), %" PRIu64 " bytes of zeros set; %"
 		PRIu64 " bytes read from the KV store; reading threads: %u, buffers: %s; resuming "
 		"at step %" PRIu64, rm.plan.npools, rm.plan.window, rm.plan.first_step,
